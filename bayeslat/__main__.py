@@ -1,0 +1,5 @@
+"""``python -m bayeslat``: the same as the ``bayeslat`` command."""
+
+from bayeslat.cli import main
+
+main()

@@ -1,0 +1,69 @@
+"""The typer application and the error boundary every verb shares.
+
+Each verb is a module ``bayeslat.cli.<verb>`` exposing ``command``; it parses options, calls the
+stage that does the work and prints. Verb modules import heavy libraries (PyMC, ArviZ) inside
+``command`` so that ``bayeslat --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+import typer
+from rich.console import Console
+
+from bayeslat import __version__
+from bayeslat.errors import BayeslatError
+
+# In the order of the data flow; add a verb here and in README.md.
+VERBS = ("theory",)
+
+err_console = Console(stderr=True)
+
+app = typer.Typer(
+    name="bayeslat",
+    help="Bayesian latency models for speculative decoding under load: posterior speedup "
+    "bands, break-even RPS* and best draft length k* from GuideLLM sweeps of vLLM.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"bayeslat {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Bayesian latency models for speculative decoding under load."""
+
+
+def guarded(fn):
+    """Turn a :class:`BayeslatError` into one red line on stderr and its exit status."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BayeslatError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+for _verb in VERBS:
+    _module = importlib.import_module(f"bayeslat.cli.{_verb}")
+    app.command(name=_verb)(guarded(_module.command))
+
+
+def main() -> None:
+    """Entry point of the ``bayeslat`` console script."""
+    app(prog_name="bayeslat")

@@ -1,0 +1,1 @@
+"""Sweep data: the tidy table contract and the readers that produce it."""

@@ -1,0 +1,271 @@
+r"""The closed-form latency model of speculative decoding under continuous batching.
+
+This module is the single source of truth for the formulas; the PyMC models, the simulators, the
+decisions and the tests all call it. Every function is vectorised and broadcasts over NumPy arrays
+and xarray ``DataArray`` objects (dims and coords are kept); the arithmetic ones
+(:func:`tokens_per_cycle`, :func:`effective_coefficients`, :func:`moe_coverage`) also accept
+PyTensor variables, so a PyMC model builds its graph from these same lines. Nothing here imports
+PyMC; PyTensor is imported only when a tensor is passed in.
+
+Notation (seconds, requests per second)
+---------------------------------------
+Mean request latency in the unsaturated regime is ``L = C1 + B·C2`` with ``B`` the mean number of
+requests in the system; Little's law ``B = rps·L`` gives
+
+.. math:: L = \frac{C_1}{1 - \mathrm{rps}\,C_2}, \qquad \mathrm{rps}\,C_2 < 1 .
+
+With acceptance rate :math:`\alpha` (i.i.d. per drafted token) and draft length :math:`k` a verify
+cycle yields :math:`E = (1-\alpha^{k+1})/(1-\alpha)` tokens, so a request of :math:`g` decode
+tokens takes :math:`g/E` cycles and
+
+.. math::
+    C_1 = c_{1p} + \tfrac{g}{E}(c_{1v} + k\,c_{1d}), \qquad
+    C_2 = c_{2p} + \tfrac{g}{E}(c_{2v} + k\,c_{2d}).
+
+``k = 0`` is the baseline without SD. Against the baseline D, with
+:math:`r = \mathrm{rps}\,C_{2,D}`,
+
+.. math:: S = \frac{L_D}{L_{SD}} = \frac{1}{C_{1R}}\Bigl(1 + (1 - C_{2R})\frac{r}{1-r}\Bigr),
+          \qquad r^* = \frac{C_{1R}-1}{C_{1R}-C_{2R}}, \quad \mathrm{RPS}^* = r^*/C_{2,D}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from bayeslat.errors import NumericalError
+
+__all__ = [
+    "tokens_per_cycle",
+    "effective_coefficients",
+    "latency",
+    "speedup",
+    "ratios",
+    "break_even_rps",
+    "best_k",
+    "moe_coverage",
+    "moe_latency",
+    "collapse",
+]
+
+# Stand-in for log(alpha) at alpha = 1, small enough to be exact in the E ratio and still normal.
+_TINY_LOG = -1e-300
+
+
+def _is_tensor(*xs: Any) -> bool:
+    return any(type(x).__module__.partition(".")[0] == "pytensor" for x in xs)
+
+
+def _ops(*xs: Any):
+    """NumPy, or ``pytensor.tensor`` when any argument is a PyTensor variable."""
+    if _is_tensor(*xs):
+        import pytensor.tensor as pt
+
+        return pt
+    return np
+
+
+def _where(cond, a, b):
+    """``where`` that keeps xarray dims when any input is a DataArray."""
+    if any(isinstance(x, xr.DataArray) for x in (cond, a, b)):
+        return xr.where(cond, a, b)
+    return np.where(cond, a, b)
+
+
+def tokens_per_cycle(alpha, k):
+    r"""Expected tokens produced per verify cycle, :math:`E = \sum_{i=0}^{k} \alpha^i`.
+
+    Computed as ``expm1((k+1)·log α) / expm1(log α)``, which has no cancellation near
+    :math:`\alpha = 1` and is exact at the ends: ``E = k + 1`` at ``alpha = 1`` and ``E = 1`` at
+    ``k = 0`` or ``alpha = 0``.
+
+    Parameters
+    ----------
+    alpha
+        Acceptance rate per drafted token, in [0, 1].
+    k
+        Draft length (tokens proposed per cycle), ``k >= 0``; 0 means no speculation.
+
+    Returns
+    -------
+    E, broadcast over the inputs, in ``[1, k + 1]``.
+    """
+    ops = _ops(alpha, k)
+    with np.errstate(divide="ignore"):
+        log_a = ops.minimum(ops.log(alpha), _TINY_LOG)
+    e = ops.expm1((k + 1) * log_a) / ops.expm1(log_a)
+    # Rounding can leave E a hair outside its exact bounds; the bounds are part of the contract.
+    return ops.minimum(ops.maximum(e, 1.0), k + 1.0)
+
+
+def effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k, decode_tokens):
+    r"""Load-independent and load-dependent latency coefficients of one configuration.
+
+    .. math::
+        C_1 = c_{1p} + \tfrac{g}{E}(c_{1v} + k\,c_{1d}), \qquad
+        C_2 = c_{2p} + \tfrac{g}{E}(c_{2v} + k\,c_{2d}), \qquad E = E(\alpha, k).
+
+    Parameters
+    ----------
+    c1p, c1v, c1d
+        Fixed per-request cost of prefill (s), of one verify pass (s per cycle), of one drafter
+        step (s per drafted token).
+    c2p, c2v, c2d
+        The same costs per concurrent request (s per request in the system).
+    alpha, k
+        Acceptance rate and draft length (``k = 0``: no speculation).
+    decode_tokens
+        Output tokens per request, ``g``.
+
+    Returns
+    -------
+    (C1, C2)
+        ``C1`` in seconds, ``C2`` in seconds per request (``1/C2`` is the saturation rate).
+    """
+    cycles = decode_tokens / tokens_per_cycle(alpha, k)
+    return c1p + cycles * (c1v + k * c1d), c2p + cycles * (c2v + k * c2d)
+
+
+def latency(rps, c1, c2):
+    r"""Mean request latency :math:`L = C_1 / (1 - \mathrm{rps}\,C_2)` in seconds.
+
+    Returns ``inf`` (never a negative number or NaN) at or past saturation, ``rps·C2 >= 1``.
+    """
+    denom = 1.0 - rps * c2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _where(denom > 0, c1 / _where(denom > 0, denom, 1.0), np.inf)
+
+
+def speedup(rps, c1_d, c2_d, c1_sd, c2_sd):
+    r"""Speedup of SD over the baseline at load ``rps``, :math:`S = L_D / L_{SD}`.
+
+    Equal to :math:`(1/C_{1R})(1 + (1 - C_{2R})\,r/(1-r))` with :math:`r = \mathrm{rps}\,C_{2,D}`
+    while both are unsaturated; ``inf`` where only the baseline is saturated, 0 where only SD is,
+    NaN where both are.
+    """
+    with np.errstate(invalid="ignore"):
+        return latency(rps, c1_d, c2_d) / latency(rps, c1_sd, c2_sd)
+
+
+def ratios(c1_d, c2_d, c1_sd, c2_sd):
+    """``(C1R, C2R) = (C1_SD / C1_D, C2_SD / C2_D)``: SD's cost relative to the baseline."""
+    return c1_sd / c1_d, c2_sd / c2_d
+
+
+def break_even_rps(c1_d, c2_d, c1_sd, c2_sd):
+    r"""The load at which SD and the baseline have the same latency, :math:`\mathrm{RPS}^*`.
+
+    .. math:: r^* = \frac{C_{1R} - 1}{C_{1R} - C_{2R}}, \qquad \mathrm{RPS}^* = r^* / C_{2,D}.
+
+    A break-even inside the baseline's unsaturated range ``(0, 1/C2_D)`` exists exactly when
+    ``C1R`` and ``C2R`` lie on opposite sides of 1. The usual case is ``C1R < 1 < C2R``: SD helps
+    below RPS* and hurts above. With ``C1R > 1 > C2R`` the crossing runs the other way (SD hurts
+    at low load and helps above); tell the two apart by the sign of ``1 - C1R``.
+
+    Returns
+    -------
+    RPS* in requests per second; NaN where no break-even exists in ``(0, 1/C2_D)``.
+    """
+    c1r, c2r = ratios(c1_d, c2_d, c1_sd, c2_sd)
+    num, den = c1r - 1.0, c1r - c2r
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r_star = num / _where(den != 0, den, np.nan)
+    inside = (r_star > 0) & (r_star < 1)
+    return _where(inside, r_star / c2_d, np.nan)
+
+
+def best_k(rps, c1p, c1v, c1d, c2p, c2v, c2d, alpha, decode_tokens, ks: Iterable[int] = range(11)):
+    """The draft length with the lowest mean latency at each load, k*(alpha, rps).
+
+    Parameters
+    ----------
+    rps, c1p, ..., c2d, alpha, decode_tokens
+        As in :func:`effective_coefficients` and :func:`latency`; broadcast together.
+    ks
+        Candidate draft lengths; include 0 to allow "no speculation".
+
+    Returns
+    -------
+    k* as float (NaN where every candidate is saturated), the shape of the broadcast inputs;
+    a DataArray when any input is one. Ties go to the smallest k.
+    """
+    ks = np.asarray(list(ks), dtype=float)
+    args = (rps, c1p, c1v, c1d, c2p, c2v, c2d, alpha, decode_tokens)
+    if any(isinstance(a, xr.DataArray) for a in args):
+        k = xr.DataArray(ks, dims="k", coords={"k": ks})
+        lat = latency(rps, *effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k,
+                                                    decode_tokens))
+        finite = np.isfinite(lat).any("k")
+        best = lat.where(finite, 0.0).idxmin("k").where(finite)
+        return best.drop_vars("k", errors="ignore").rename("k_star")
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    k = ks.reshape((-1,) + (1,) * len(shape))
+    lat = np.broadcast_to(
+        latency(rps, *effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k,
+                                             decode_tokens)),
+        (len(ks), *shape),
+    )
+    out = ks[np.argmin(lat, axis=0)]
+    return np.where(np.isfinite(lat).any(axis=0), out, np.nan)
+
+
+def moe_coverage(tokens, active, total):
+    r"""Expected fraction of experts touched when ``tokens`` tokens are routed in one step.
+
+    :math:`\varphi(T) = 1 - (1 - m/M)^T` with ``m = active`` experts routed per token out of
+    ``M = total``. 0 at ``T = 0``, tends to 1 as ``T`` grows; ``T`` may be fractional (a mean).
+    """
+    ops = _ops(tokens, active, total)
+    return 1.0 - ops.power(1.0 - active / total, tokens)
+
+
+def moe_latency(rps, c1u, c1s, c2u, c2s, active, total, k=0, tol: float = 1e-10,
+                max_iter: int = 1000):
+    r"""Mean latency of an MoE verifier, solving the expert-coverage fixed point.
+
+    .. math::
+        L = \frac{C_{1u} + \varphi(T)\,C_{1s}}{1 - \mathrm{rps}\,(C_{2u} + \varphi(T)\,C_{2s})},
+        \qquad T = \mathrm{rps}\cdot L\cdot(k+1),
+
+    ``T`` being the tokens the verifier scores per step (``k + 1`` per request in the batch).
+    ``C*u`` are the coefficients' uncovered parts and ``C*s`` the parts that grow with coverage;
+    for SD pass the effective coefficients of :func:`effective_coefficients` split the same way.
+
+    Convergence: the map :math:`f(L)` on the right is non-decreasing in ``L`` (coverage grows with
+    tokens, latency with coverage) and bounded above by its value at full coverage
+    :math:`\varphi = 1`. Iterating :math:`L_{n+1} = f(L_n)` from that bound therefore gives a
+    non-increasing sequence that converges monotonically to the largest fixed point, linearly with
+    rate :math:`f'(L^*) < 1`; a handful of iterations suffices in practice. Iteration stops when
+    every element moves by less than ``tol`` relative, or raises after ``max_iter``. The result is
+    ``inf`` where the system saturates even at that fixed point.
+
+    Returns
+    -------
+    L in seconds, the shape of the broadcast inputs.
+    """
+    lat = latency(rps, c1u + c1s, c2u + c2s)  # phi = 1
+    lat = np.asarray(lat, dtype=float) if not isinstance(lat, xr.DataArray) else lat
+    for _ in range(max_iter):
+        finite = np.isfinite(lat)
+        phi = moe_coverage(rps * _where(finite, lat, 0.0) * (k + 1), active, total)
+        phi = _where(finite, phi, 1.0)
+        new = latency(rps, c1u + phi * c1s, c2u + phi * c2s)
+        with np.errstate(invalid="ignore"):
+            step = np.abs(new - lat) / np.maximum(np.abs(new), 1e-300)
+        done = bool((~np.isfinite(new) | (step <= tol)).all())
+        lat = new
+        if done:
+            return lat
+    raise NumericalError(
+        f"moe_latency: the coverage fixed point did not converge in {max_iter} iterations; "
+        "check that the coefficients are positive and finite"
+    )
+
+
+def collapse(rps, lat, c1, c2):
+    """The universal collapse: ``x = rps·C2``, ``y = L/C1``; theory says ``y = 1/(1 - x)``."""
+    return rps * c2, lat / c1

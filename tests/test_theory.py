@@ -1,0 +1,221 @@
+"""The closed-form model: the worked example of DESIGN.md §2 and its properties."""
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import brentq
+
+from bayeslat import theory
+
+C1_D, C2_D = 1.20, 0.07
+CONFIG_A = dict(c1_sd=0.78, c2_sd=0.085)
+CONFIG_B = dict(c1_sd=0.92, c2_sd=0.072)
+
+
+def sig3(x):
+    return float(f"{x:.3g}")
+
+
+class TestWorkedExample:
+    def test_baseline_latency(self):
+        lat = theory.latency(np.array([10.0, 12.0]), C1_D, C2_D)
+        assert [sig3(v) for v in lat] == [4.00, 7.50]
+
+    @pytest.mark.parametrize(
+        "cfg, s0, s8, star",
+        [(CONFIG_A, 1.54, 1.12, 8.86), (CONFIG_B, 1.30, 1.26, 12.7)],
+    )
+    def test_speedup_and_break_even(self, cfg, s0, s8, star):
+        s = theory.speedup(np.array([0.0, 8.0]), C1_D, C2_D, cfg["c1_sd"], cfg["c2_sd"])
+        assert sig3(s[0]) == s0
+        assert sig3(s[1]) == s8
+        assert sig3(theory.break_even_rps(C1_D, C2_D, cfg["c1_sd"], cfg["c2_sd"])) == star
+
+    def test_ratios_and_tokens_per_cycle(self):
+        c1r, c2r = theory.ratios(C1_D, C2_D, **{"c1_sd": 0.78, "c2_sd": 0.085})
+        assert (round(c1r, 3), round(c2r, 3)) == (0.650, 1.214)
+        assert theory.tokens_per_cycle(0.75, 6) == pytest.approx(3.466, abs=5e-4)
+        assert theory.tokens_per_cycle(0.75, 2) == pytest.approx(2.3125)
+
+
+class TestEdgeCases:
+    def test_tokens_per_cycle_exact_ends(self):
+        assert theory.tokens_per_cycle(1.0, 7) == 8.0
+        assert theory.tokens_per_cycle(0.3, 0) == 1.0
+        assert theory.tokens_per_cycle(0.0, 5) == 1.0
+        assert theory.tokens_per_cycle(1 - 1e-12, 4) == pytest.approx(5.0, rel=1e-9)
+
+    def test_latency_is_inf_at_and_past_saturation(self):
+        lat = theory.latency(np.array([1 / 0.07, 20.0, 1e9]), C1_D, C2_D)
+        assert np.all(np.isposinf(lat))
+
+    def test_break_even_absent_is_nan(self):
+        assert np.isnan(theory.break_even_rps(1.2, 0.07, 0.8, 0.06))  # SD always better
+        assert np.isnan(theory.break_even_rps(1.2, 0.07, 1.3, 0.08))  # SD always worse
+        assert np.isnan(theory.break_even_rps(1.2, 0.07, 1.2, 0.07))  # identical
+
+    def test_reverse_break_even(self):
+        # SD slower at zero load but cheaper per request: it wins above RPS*.
+        star = theory.break_even_rps(1.0, 0.1, 1.2, 0.05)
+        assert 0 < star < 10
+        assert theory.speedup(star, 1.0, 0.1, 1.2, 0.05) == pytest.approx(1.0)
+        assert theory.speedup(star * 1.1, 1.0, 0.1, 1.2, 0.05) > 1
+
+    def test_effective_coefficients_baseline(self):
+        c1, c2 = theory.effective_coefficients(0.1, 0.02, 0.005, 0.01, 0.001, 0.0005, 0.8, 0, 100)
+        assert c1 == pytest.approx(0.1 + 100 * 0.02)
+        assert c2 == pytest.approx(0.01 + 100 * 0.001)
+
+    def test_xarray_dims_are_kept(self):
+        alpha = xr.DataArray([0.5, 0.9], dims="alpha")
+        k = xr.DataArray([0, 2, 4], dims="k")
+        e = theory.tokens_per_cycle(alpha, k)
+        assert set(e.dims) == {"alpha", "k"}
+        rps = xr.DataArray(np.linspace(0, 20, 5), dims="rps")
+        assert theory.latency(rps, C1_D, C2_D).dims == ("rps",)
+        star = theory.break_even_rps(C1_D, C2_D, xr.DataArray([0.78, 0.92], dims="config"),
+                                     xr.DataArray([0.085, 0.072], dims="config"))
+        assert star.dims == ("config",)
+
+    def test_pytensor_graph_matches_numpy(self):
+        pt = pytest.importorskip("pytensor.tensor")
+        a = pt.dvector("a")
+        expr = theory.effective_coefficients(0.1, 0.02, 0.005, 0.01, 0.001, 0.0005, a, 3, 128)[1]
+        alphas = np.array([0.0, 0.4, 0.9, 1.0])
+        np.testing.assert_allclose(
+            expr.eval({a: alphas}),
+            theory.effective_coefficients(0.1, 0.02, 0.005, 0.01, 0.001, 0.0005, alphas, 3, 128)[1],
+        )
+
+
+class TestBestK:
+    coeffs = dict(c1p=0.05, c1v=0.01, c1d=0.002, c2p=0.002, c2v=0.0005, c2d=0.0003)
+
+    def test_small_k_wins_at_high_load(self):
+        rps = np.array([0.1, 5.0, 12.0])
+        ks = theory.best_k(rps, **self.coeffs, alpha=0.8, decode_tokens=128)
+        assert ks[0] > ks[-1]
+        assert np.all(np.diff(ks) <= 0)
+
+    def test_matches_brute_force(self):
+        rps = np.linspace(0, 14, 15)
+        got = theory.best_k(rps, **self.coeffs, alpha=0.7, decode_tokens=256, ks=range(8))
+        for r, kstar in zip(rps, got, strict=True):
+            lats = [theory.latency(r, *theory.effective_coefficients(
+                *self.coeffs.values(), 0.7, k, 256)) for k in range(8)]
+            if np.all(np.isinf(lats)):
+                assert np.isnan(kstar)
+            else:
+                assert kstar == int(np.argmin(lats))
+
+    def test_zero_acceptance_means_no_speculation(self):
+        assert theory.best_k(1.0, **self.coeffs, alpha=0.0, decode_tokens=128) == 0
+
+    def test_xarray(self):
+        rps = xr.DataArray([0.1, 5.0, 12.0, 1e3], dims="rps")
+        out = theory.best_k(rps, **self.coeffs, alpha=0.8, decode_tokens=128)
+        assert out.dims == ("rps",)
+        np.testing.assert_array_equal(
+            out.values[:3], theory.best_k(rps.values[:3], **self.coeffs, alpha=0.8,
+                                          decode_tokens=128))
+        assert np.isnan(out.values[3])
+
+
+positive = st.floats(1e-3, 1e2, allow_nan=False, allow_infinity=False)
+unit = st.floats(0.0, 1.0, allow_nan=False)
+
+
+class TestProperties:
+    @given(c1=positive, c2=positive)
+    def test_latency_tends_to_c1_at_zero_load(self, c1, c2):
+        assert theory.latency(0.0, c1, c2) == c1
+        assert theory.latency(1e-9 / c2, c1, c2) == pytest.approx(c1, rel=1e-8)
+
+    @given(c1=positive, c2=positive, x=st.lists(st.floats(0, 0.999), min_size=2, max_size=20))
+    def test_latency_increases_with_load(self, c1, c2, x):
+        rps = np.sort(np.array(x)) / c2
+        lat = theory.latency(rps, c1, c2)
+        assert np.all(np.isfinite(lat))
+        assert np.all(np.diff(lat) >= 0)
+
+    @given(c1d=positive, c2d=positive, c1s=positive, c2s=positive)
+    def test_speedup_at_zero_load_is_inverse_c1r(self, c1d, c2d, c1s, c2s):
+        c1r, _ = theory.ratios(c1d, c2d, c1s, c2s)
+        assert theory.speedup(0.0, c1d, c2d, c1s, c2s) == pytest.approx(1 / c1r, rel=1e-12)
+
+    @given(c1d=positive, c2d=positive, c1r=st.floats(0.2, 0.98), c2r=st.floats(1.02, 3.0))
+    def test_speedup_is_one_at_break_even(self, c1d, c2d, c1r, c2r):
+        star = theory.break_even_rps(c1d, c2d, c1r * c1d, c2r * c2d)
+        assert 0 < star < 1 / c2d
+        assert theory.speedup(star, c1d, c2d, c1r * c1d, c2r * c2d) == pytest.approx(1, rel=1e-9)
+
+    @given(c1d=positive, c2d=positive, c1r=st.floats(0.2, 3.0), c2r=st.floats(0.2, 3.0),
+           r=st.floats(0.0, 0.99))
+    def test_speedup_matches_closed_form(self, c1d, c2d, c1r, c2r, r):
+        assume(r * c2r < 0.999)
+        s = theory.speedup(r / c2d, c1d, c2d, c1r * c1d, c2r * c2d)
+        assert s == pytest.approx((1 / c1r) * (1 + (1 - c2r) * r / (1 - r)), rel=1e-9)
+
+    @given(alpha=unit, k=st.integers(0, 20))
+    def test_tokens_per_cycle_bounds(self, alpha, k):
+        e = theory.tokens_per_cycle(alpha, k)
+        assert 1.0 <= e <= k + 1
+        assert e == pytest.approx(sum(alpha**i for i in range(k + 1)), rel=1e-9)
+
+    @given(a1=unit, a2=unit, k=st.integers(0, 20))
+    def test_tokens_per_cycle_increases_in_alpha(self, a1, a2, k):
+        lo, hi = sorted((a1, a2))
+        assert theory.tokens_per_cycle(lo, k) <= theory.tokens_per_cycle(hi, k) * (1 + 1e-12)
+
+    @given(alpha=unit, k=st.integers(0, 20))
+    def test_tokens_per_cycle_increases_in_k(self, alpha, k):
+        assert theory.tokens_per_cycle(alpha, k) <= theory.tokens_per_cycle(alpha, k + 1) * (
+            1 + 1e-12)
+
+
+def _largest_root(rps, c1u, c1s, c2u, c2s, m, big_m, k):
+    """Brute force: scan L for sign changes of f(L) - L and refine the largest with brentq."""
+
+    def g(lat):
+        phi = 1 - (1 - m / big_m) ** (rps * lat * (k + 1))
+        denom = 1 - rps * (c2u + phi * c2s)
+        return (c1u + phi * c1s) / denom - lat if denom > 0 else np.inf
+
+    top = theory.latency(rps, c1u + c1s, c2u + c2s)
+    grid = np.linspace(c1u * 0.999, top * 1.001, 20001)
+    vals = np.array([g(x) for x in grid])
+    sign_change = np.nonzero(np.sign(vals[:-1]) != np.sign(vals[1:]))[0]
+    i = sign_change[-1]
+    return brentq(g, grid[i], grid[i + 1], xtol=1e-14)
+
+
+class TestMoE:
+    def test_coverage_ends(self):
+        assert theory.moe_coverage(0.0, 8, 128) == 0.0
+        assert theory.moe_coverage(1.0, 8, 128) == pytest.approx(8 / 128)
+        assert theory.moe_coverage(1e5, 8, 128) == pytest.approx(1.0)
+
+    @settings(max_examples=30, deadline=None)
+    @given(rps=st.floats(0.05, 30), c1u=st.floats(0.1, 2), c1s=st.floats(0.1, 3),
+           c2u=st.floats(1e-3, 0.02), c2s=st.floats(1e-3, 0.05), k=st.integers(0, 6),
+           m=st.integers(1, 16))
+    def test_fixed_point_equation_and_brute_force(self, rps, c1u, c1s, c2u, c2s, k, m):
+        assume(rps * (c2u + c2s) < 0.95)
+        lat = theory.moe_latency(rps, c1u, c1s, c2u, c2s, m, 128, k=k)
+        phi = theory.moe_coverage(rps * lat * (k + 1), m, 128)
+        rhs = (c1u + phi * c1s) / (1 - rps * (c2u + phi * c2s))
+        assert lat == pytest.approx(rhs, rel=1e-8)
+        assert lat == pytest.approx(_largest_root(rps, c1u, c1s, c2u, c2s, m, 128, k), rel=1e-6)
+
+    def test_below_dense_at_low_load_and_converging_to_it(self):
+        rps = np.array([0.01, 1.0, 10.0])
+        moe = theory.moe_latency(rps, 0.5, 1.0, 0.01, 0.03, 8, 128)
+        dense = theory.latency(rps, 1.5, 0.04)
+        assert np.all(moe < dense)
+        gap = 1 - moe / dense
+        assert gap[0] > gap[-1]
+
+    def test_saturated_is_inf(self):
+        assert np.isposinf(theory.moe_latency(1e3, 0.5, 1.0, 0.01, 0.03, 8, 128))
