@@ -7,10 +7,11 @@ for parameter counts, tokens for lengths.
 
 Identity
 --------
-A *group* is what shares per-stage coefficients: ``verifier, drafter, method, hardware,
-prefill_tokens, decode_tokens``. A *configuration* is a group at one ``(alpha, k)``; its rows at
-different rates trace one latency curve. ``k = 0`` rows are the baseline (no SD): their
-``alpha`` is NaN, ``drafter`` and ``method`` are ``"none"``.
+A *group* is one verifier deployment at one workload: ``verifier, hardware, prefill_tokens,
+decode_tokens``; the baseline and every SD configuration of a group share its verifier-side
+coefficients. A *drafter* is ``method, drafter``. A *configuration* is a group with one drafter at
+one ``(alpha, k)``; its rows at different rates trace one latency curve. ``k = 0`` rows are the
+group's baseline (no SD): their ``alpha`` is NaN, ``drafter`` and ``method`` are ``"none"``.
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("source", "str", "", "where the row came from: file#benchmark-index, or simulator"),
 )
 COLUMN_NAMES = tuple(c.name for c in COLUMNS)
-GROUP_COLUMNS = ("verifier", "drafter", "method", "hardware", "prefill_tokens", "decode_tokens")
-CONFIG_COLUMNS = GROUP_COLUMNS + ("alpha", "k")
+GROUP_COLUMNS = ("verifier", "hardware", "prefill_tokens", "decode_tokens")
+DRAFTER_COLUMNS = ("method", "drafter")
+CONFIG_COLUMNS = GROUP_COLUMNS + DRAFTER_COLUMNS + ("alpha", "k")
 STRATEGIES = ("synchronous", "constant", "poisson", "throughput", "concurrent")
 ALPHA_SOURCES = ("forced", "measured", "assumed", "none")
 
@@ -164,19 +166,19 @@ def validate(df: pd.DataFrame, path: str | os.PathLike | None = None) -> pd.Data
     return out[list(COLUMN_NAMES) + extra].reset_index(drop=True)
 
 
-def config_labels(df: pd.DataFrame) -> pd.Series:
-    """A readable, unique label per configuration: ``verifier/method:drafter HW pP gG aA kK``."""
-    alpha = df["alpha"].map(lambda a: "" if pd.isna(a) else f" a{a:g}")
-    base = group_labels(df)
-    return base + alpha + " k" + df["k"].astype(str)
-
-
 def group_labels(df: pd.DataFrame) -> pd.Series:
-    """A readable, unique label per group (what shares the six per-stage coefficients)."""
-    drafter = np.where(df["method"] == "none", "", "/" + df["method"] + ":" + df["drafter"])
-    return (df["verifier"] + drafter + " " + df["hardware"]
+    """A readable, unique label per group, ``verifier HW pP gG``: ``llama-8b H100 p512 g256``."""
+    return (df["verifier"] + " " + df["hardware"]
             + " p" + df["prefill_tokens"].map("{:g}".format)
             + " g" + df["decode_tokens"].map("{:g}".format))
+
+
+def config_labels(df: pd.DataFrame) -> pd.Series:
+    """A readable, unique label per configuration: ``<group> method:drafter aA kK`` (SD) or
+    ``<group> k0`` (baseline)."""
+    drafter = np.where(df["k"] > 0, " " + df["method"] + ":" + df["drafter"], "")
+    alpha = df["alpha"].map(lambda a: "" if pd.isna(a) else f" a{a:g}")
+    return group_labels(df) + drafter + alpha + " k" + df["k"].astype(str)
 
 
 def standard_error(df: pd.DataFrame) -> pd.Series:

@@ -1,0 +1,42 @@
+"""Saturation flags and their reasons."""
+
+import numpy as np
+import pandas as pd
+
+from bayeslat.data.saturation import flag_saturated, latency_grows
+
+
+def rows():
+    return pd.DataFrame(dict(
+        strategy=["synchronous", "constant", "constant", "constant", "throughput"],
+        rate_target=[np.nan, 2.0, 4.0, 4.0, np.nan],
+        rps=[0.5, 1.99, 3.5, 3.9, 6.0],
+        n_successful=[100, 100, 100, 80, 100],
+        n_errored=[0, 0, 0, 10, 0],
+        n_incomplete=[0, 1, 0, 10, 0],
+    ))
+
+
+def test_reasons():
+    out = flag_saturated(rows())
+    assert out["saturated"].tolist() == [False, False, True, True, True]
+    assert "below 95% of target" in out.loc[2, "saturation_reason"]
+    assert "errored or incomplete" in out.loc[3, "saturation_reason"]
+    assert "throughput" in out.loc[4, "saturation_reason"]
+    assert out.loc[1, "saturation_reason"] == ""
+
+
+def test_growth_joins_other_reasons():
+    growing = pd.Series([False, True, True, False, False])
+    out = flag_saturated(rows(), growing)
+    assert out.loc[1, "saturation_reason"] == "latency grows through the run"
+    assert out.loc[2, "saturation_reason"].count(";") == 1
+
+
+def test_latency_grows():
+    rng = np.random.default_rng(0)
+    t = np.sort(rng.uniform(0, 60, 300))
+    stable = 2.0 + rng.normal(0, 0.3, t.size)
+    assert not latency_grows(t, stable)
+    assert latency_grows(t, stable + 0.1 * t)  # rises 6 s over a 2 s mean
+    assert not latency_grows(t[:5], stable[:5] + t[:5])  # too few requests to judge
