@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import numpy as np
+from rich.console import Console
 
 from bayeslat.errors import InputError
 
@@ -17,3 +21,18 @@ def parse_floats(text: str, option: str) -> np.ndarray:
     except ValueError:
         raise InputError(f"cannot read {text!r}; give numbers separated by commas (0,2,4) "
                          "or start:stop:count (0:10:11)", field=option) from None
+
+
+def console() -> Console:
+    """A console for tables: the terminal's width, or 120 columns when piped to a file."""
+    return Console() if sys.stdout.isatty() else Console(width=120)
+
+
+def quiet_pymc() -> None:
+    """Silence PyMC's INFO lines ("Sampling: [...]"); the verbs print their own progress.
+
+    PyMC sets its logger's level when imported, so this imports it first.
+    """
+    import pymc  # noqa: F401
+
+    logging.getLogger("pymc").setLevel(logging.WARNING)

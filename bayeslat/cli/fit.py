@@ -1,0 +1,88 @@
+"""``bayeslat fit``: fit a Bayesian latency model to a sweep table and write the posterior."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bayeslat.errors import FitError
+
+# Headline rows shown in the terminal; the file holds them all.
+MAX_ROWS = 20
+
+
+def command(
+    data: Path | None = typer.Argument(None, help="Sweep table (Parquet); default: the shipped "
+                                       "example data/example/sweep.parquet."),
+    model: str = typer.Option("hierarchical", "--model",
+                              help="Variant: dense, speculative, hierarchical or moe."),
+    draws: int = typer.Option(1000, "--draws", min=1, help="Draws per chain after tuning."),
+    tune: int = typer.Option(1000, "--tune", min=0, help="Tuning steps per chain."),
+    chains: int = typer.Option(4, "--chains", min=1, help="Chains."),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    sampler: str = typer.Option("nutpie", "--sampler", help="nutpie, pymc or numpyro."),
+    output: Path | None = typer.Option(None, "-o", "--output",
+                                       help="Fit to write; default models/<data>-<model>.nc."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing fit."),
+    strict: bool = typer.Option(False, "--strict",
+                                help="Exit non-zero if the fit did not converge."),
+    config: Path | None = typer.Option(None, "--config",
+                                       help="TOML or JSON file overriding scaling and priors."),
+) -> None:
+    """Fit a Bayesian latency model and print diagnostics and a headline per configuration.
+
+    Convergence needs max R-hat <= 1.01, bulk and tail ESS >= 400 and no divergences.
+    """
+    from bayeslat import fit
+
+    console = Console()
+    with console.status("fitting") as status:
+        result = fit.run(data, model, output=output, config=config, draws=draws, tune=tune,
+                         chains=chains, seed=seed, sampler=sampler, overwrite=overwrite,
+                         progressbar=True, status=lambda msg: status.update(msg))
+    diag = result.diagnostics
+    console.print(_diagnostics_table(diag, len(result.model.rows), len(result.model.excluded)))
+    console.print(_headline_table(result.headline))
+    if result.model.excluded:
+        shown = "; ".join(result.model.excluded[:3])
+        more = len(result.model.excluded) - 3
+        console.print(f"excluded as saturated: {shown}" + (f" and {more} more" if more > 0 else ""))
+    console.print(f"wrote {result.path}")
+    if not diag.converged:
+        message = (f"the fit did not converge ({'; '.join(diag.problems())}); it was written to "
+                   f"{result.path} for inspection: try more --tune/--draws")
+        if strict:
+            raise FitError(message)
+        console.print(f"[yellow]warning:[/] {message}")
+
+
+def _diagnostics_table(diag, n_rows: int, n_excluded: int) -> Table:
+    table = Table(title="Convergence", title_justify="left")
+    for header in ("rows fitted", "excluded", "max R-hat", "min bulk ESS", "min tail ESS",
+                   "divergences", "time (s)"):
+        table.add_column(header, justify="right")
+    table.add_row(str(n_rows), str(n_excluded), f"{diag.max_rhat:.3f}",
+                  f"{diag.min_ess_bulk:.0f}", f"{diag.min_ess_tail:.0f}", str(diag.divergences),
+                  f"{diag.seconds:.1f}", style=None if diag.converged else "yellow")
+    return table
+
+
+def _headline_table(head) -> Table:
+    table = Table(title="Per configuration: zero-load speedup and break-even load RPS* "
+                  "(median [90% interval])", title_justify="left")
+    for header, justify in (("configuration", "left"), ("speedup at 0 load", "right"),
+                            ("RPS* (req/s)", "right"), ("P(RPS* exists)", "right")):
+        table.add_column(header, justify=justify)
+    for row in head.head(MAX_ROWS).itertuples():
+        star = ("none" if not np.isfinite(row.rps_star) else
+                f"{row.rps_star:.3g} [{row.rps_star_lo:.3g}, {row.rps_star_hi:.3g}]")
+        table.add_row(row.config,
+                      f"{row.speedup0:.3f} [{row.speedup0_lo:.3f}, {row.speedup0_hi:.3f}]",
+                      star, f"{row.p_break_even:.2f}")
+    if len(head) > MAX_ROWS:
+        table.caption = f"{len(head) - MAX_ROWS} more configurations in the fit"
+    return table

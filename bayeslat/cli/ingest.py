@@ -1,0 +1,107 @@
+"""``bayeslat ingest``: GuideLLM reports -> one tidy sweep table (Parquet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from bayeslat.errors import InputError
+
+# CLI options that become metadata keys (they win over every metadata file).
+_OVERRIDES = ("verifier", "verifier_params_b", "drafter", "drafter_params_b", "method", "k",
+              "alpha", "hardware", "moe_experts_active", "moe_experts_total", "prefill_tokens",
+              "decode_tokens", "metrics_before", "metrics_after")
+
+
+def command(
+    inputs: Annotated[list[Path], typer.Argument(
+        metavar="REPORT_OR_DIR...", help="GuideLLM reports (.json, .yaml, .csv) or folders.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="Table to write, e.g. data/NAME.parquet.")],
+    meta: Annotated[Path | None, typer.Option(
+        "--meta", help="TOML metadata for every report (verifier, drafter, k, alpha, "
+        "hardware, ...).")] = None,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output."),
+    verifier: str | None = typer.Option(None, help="Verifier model name."),
+    verifier_params_b: float | None = typer.Option(None, help="Verifier size (1e9 params)."),
+    drafter: str | None = typer.Option(None, help="Drafter model name."),
+    drafter_params_b: float | None = typer.Option(None, help="Drafter size (1e9 params)."),
+    method: str | None = typer.Option(None, help="SD method: eagle3, draft_model, ngram, mtp."),
+    k: int | None = typer.Option(None, "--k", help="Draft length (0 = no SD)."),
+    alpha: float | None = typer.Option(None, help="Forced acceptance rate."),
+    hardware: str | None = typer.Option(None, help="Accelerator, e.g. H100."),
+    moe_experts_active: int | None = typer.Option(None, help="MoE experts routed per token."),
+    moe_experts_total: int | None = typer.Option(None, help="MoE experts per layer."),
+    prefill_tokens: float | None = typer.Option(None, help="Prompt length p (default: measured)."),
+    decode_tokens: float | None = typer.Option(None, help="Output length g (default: measured)."),
+    metrics_before: Annotated[Path | None, typer.Option(
+        help="vLLM /metrics text before the run.")] = None,
+    metrics_after: Annotated[Path | None, typer.Option(
+        help="vLLM /metrics text after the run.")] = None,
+) -> None:
+    """Read GuideLLM reports (schema 1 and 2; JSON, YAML, CSV) into one tidy sweep table.
+
+    What a report does not say (verifier, drafter, k, alpha, hardware) comes from bayeslat.toml
+    in the reports' folder, REPORT.toml next to a report, --meta FILE, then these options.
+    Saturated benchmarks are kept and flagged with the reason; fits exclude them by default.
+    """
+    from bayeslat.data import schema
+    from bayeslat.data.ingest import ingest
+
+    if output.exists() and not overwrite:
+        raise InputError("the file exists; pass --overwrite to replace it or choose another name",
+                         output)
+    given = dict(zip(_OVERRIDES, (verifier, verifier_params_b, drafter, drafter_params_b, method,
+                                  k, alpha, hardware, moe_experts_active, moe_experts_total,
+                                  prefill_tokens, decode_tokens, metrics_before, metrics_after),
+                     strict=True))
+    overrides = {key: str(v) if isinstance(v, Path) else v
+                 for key, v in given.items() if v is not None}
+    console = Console()
+    with Progress(TextColumn("reading reports"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), console=Console(stderr=True),
+                  transient=True) as bar:
+        task = bar.add_task("", total=None)
+        table = ingest(inputs, meta, overrides,
+                       progress=lambda p: bar.update(task, advance=1, description=p.name))
+    schema.write_table(table, output, overwrite=overwrite)
+    files = list(dict.fromkeys(table["source"].str.rsplit("#", n=1).str[0]))
+    console.print(summary(table, files))
+    for number, name in enumerate(files, start=1):
+        console.print(f"report {number}: {name}", highlight=False, markup=False)
+    for row in table[table["saturated"]].itertuples():
+        console.print(f"[yellow]saturated[/] {row.source}: {row.saturation_reason}",
+                      highlight=False)
+    flagged = int(table["saturated"].sum())
+    console.print(f"wrote {len(table)} benchmarks to {output} ({flagged} flagged saturated: kept, "
+                  "and excluded from fits by default)", highlight=False)
+
+
+def summary(table: pd.DataFrame, files: list[str]) -> Table:
+    """One terminal row per benchmark (report number#benchmark index): configuration, load,
+    latency, request counts and the saturation flag."""
+    out = Table(title="Ingested benchmarks (rates in req/s, latency L in s)",
+                title_justify="left")
+    for header in ("report", "k", "alpha", "strategy", "target", "rps", "L mean", "L p95",
+                   "ok/err/inc", "saturated"):
+        out.add_column(header, justify="left" if header == "strategy" else "right",
+                       no_wrap=True)
+    number = {name: i for i, name in enumerate(files, start=1)}
+    for row in table.itertuples():
+        name, index = row.source.rsplit("#", 1)
+        out.add_row(
+            f"{number[name]}#{index}", str(row.k),
+            "-" if np.isnan(row.alpha) else f"{row.alpha:.3f}", row.strategy,
+            "-" if np.isnan(row.rate_target) else f"{row.rate_target:g}", f"{row.rps:.3g}",
+            f"{row.latency_mean:.3f}", f"{row.latency_p95:.3f}",
+            f"{row.n_successful}/{row.n_errored}/{row.n_incomplete}",
+            "yes" if row.saturated else "", style="yellow" if row.saturated else None,
+        )
+    return out

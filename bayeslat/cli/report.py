@@ -1,0 +1,39 @@
+"""``bayeslat report``: one self-contained HTML report of fitted models, with posterior plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+
+def command(
+    models: list[Path] = typer.Argument(..., metavar="MODEL",
+                                        help="Fits written by bayeslat fit; the first is "
+                                        "reported on, all are compared by PSIS-LOO."),
+    output: Path | None = typer.Option(None, "-o", "--output",
+                                       help="HTML file to write; default "
+                                       "reports/<first model>.html."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing report."),
+    seed: int = typer.Option(0, "--seed", help="Seed for thinning draws and for draws of "
+                             "unmeasured groups."),
+    figures: Path | None = typer.Option(None, "--figures", help="Also write every figure as a "
+                                        "PNG in this folder, named after its caption."),
+) -> None:
+    """Write an HTML report: data, collapse and checks, coefficients, C1R/C2R, speedup and
+    RPS*, the k* map and decision table, diagnostics and LOO, and the model's limits.
+
+    Figures and styles are embedded: the file opens in any browser with no network.
+    """
+    from bayeslat import report
+
+    output = output if output is not None else Path("reports") / f"{models[0].stem}.html"
+    console = Console()
+    with console.status("writing the report") as status:
+        path = report.write(models, output, overwrite=overwrite, seed=seed,
+                            status=lambda msg: status.update(msg))
+    console.print(f"wrote {path}")
+    if figures is not None:
+        saved = report.save_figures(path, figures, overwrite=overwrite)
+        console.print(f"wrote {len(saved)} figures to {figures}")

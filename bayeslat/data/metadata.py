@@ -1,0 +1,244 @@
+"""What a GuideLLM report does not say: the deployment behind it.
+
+A report records the load and the latencies, not which verifier and drafter served them. That comes
+from TOML metadata, merged in this order (later wins):
+
+1. ``bayeslat.toml`` in the report's folder (for every report there);
+2. ``<report stem>.toml`` next to the report (``sweep.json`` -> ``sweep.toml``);
+3. the file given with ``--meta``;
+4. options given on the command line.
+
+Keys (all optional unless said)::
+
+    verifier = "llama-8b"            # required
+    verifier_params_b = 8.0          # required
+    drafter = "eagle3-llama-8b"      # required when k > 0
+    drafter_params_b = 0.25
+    method = "eagle3"                # none, eagle3, draft_model, ngram, mtp, ...
+    k = 3                            # draft length, 0 = no SD (the default)
+    alpha = 0.7                      # forced acceptance (synthetic rejection sampling)
+    alpha_source = "forced"          # or "assumed"; "measured" comes from the metrics files
+    metrics_before = "before.prom"   # vLLM /metrics before the sweep (relative to the TOML)
+    metrics_after = "after.prom"     # ... and after: alpha is measured from the counters
+    hardware = "H100"                # required
+    moe_experts_active = 0
+    moe_experts_total = 0
+    prefill_tokens = 512             # default: the report's measured prompt-token mean
+    decode_tokens = 256              # default: the report's measured output-token mean
+
+Metadata that contradicts the report or itself is an error: ``k`` for a server whose metrics show
+no speculative decoding, a ``k`` other than the number of draft positions the server counted,
+``alpha`` together with metrics files, token lengths far from what was measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from bayeslat.data import vllm_metrics
+from bayeslat.errors import InputError
+
+DIR_FILE = "bayeslat.toml"
+# A stated prefill/decode length this far (relative) from the measured mean contradicts the report.
+MAX_LENGTH_MISMATCH = 0.25
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "verifier": (str,), "verifier_params_b": (int, float), "drafter": (str,),
+    "drafter_params_b": (int, float), "method": (str,), "k": (int,), "alpha": (int, float),
+    "alpha_source": (str,), "metrics_before": (str,), "metrics_after": (str,),
+    "hardware": (str,), "moe_experts_active": (int,), "moe_experts_total": (int,),
+    "prefill_tokens": (int, float), "decode_tokens": (int, float),
+}
+KEYS = tuple(_TYPES)
+REQUIRED = ("verifier", "verifier_params_b", "hardware")
+
+
+@dataclass(frozen=True)
+class Meta:
+    """Merged metadata for one report, and where each key came from (for error messages)."""
+
+    values: dict
+    origin: dict  # key -> file path or "command line"
+
+    def where(self, key: str) -> str:
+        return self.origin.get(key, "metadata")
+
+
+def read_meta_file(path: str | os.PathLike) -> dict:
+    """Read one TOML metadata file, checking key names and types.
+
+    Paths of metrics files are resolved relative to the TOML file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such metadata file; give a TOML file (see 'bayeslat ingest --help')",
+                         path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"not valid TOML ({exc})", path) from None
+    return check_values(data, path, base=path.parent)
+
+
+def check_values(data: dict, where: str | os.PathLike, base: Path | None = None) -> dict:
+    """Check key names and value types of one metadata source; resolve metrics paths."""
+    out = {}
+    for key, value in data.items():
+        if key not in _TYPES:
+            raise InputError(f"unknown key; use one of {', '.join(KEYS)}", where, key)
+        if isinstance(value, bool) or not isinstance(value, _TYPES[key]):
+            kind = {str: "a string", int: "a whole number"}.get(_TYPES[key][0], "a number")
+            raise InputError(f"must be {kind}, got {value!r}", where, key)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError("must be a finite number", where, key)
+        if key.startswith("metrics_") and base is not None:
+            value = str(base / value)
+        out[key] = value
+    return out
+
+
+def merge(sources: list[tuple[dict, str]]) -> Meta:
+    """Merge ``(values, origin)`` pairs, later ones winning."""
+    values, origin = {}, {}
+    for data, where in sources:
+        values.update(data)
+        origin.update(dict.fromkeys(data, str(where)))
+    return Meta(values, origin)
+
+
+def meta_for(report: Path, meta_file: Path | None, overrides: dict) -> Meta:
+    """The merged metadata of one report: folder file, sibling file, ``--meta``, CLI options."""
+    sources = []
+    for candidate in (report.parent / DIR_FILE, report.with_suffix(".toml")):
+        if candidate.is_file() and candidate != meta_file:
+            sources.append((read_meta_file(candidate), str(candidate)))
+    if meta_file is not None:
+        sources.append((read_meta_file(meta_file), str(meta_file)))
+    sources.append((check_values(overrides, "command line"), "command line"))
+    return merge(sources)
+
+
+def resolve(meta: Meta, prompt_mean: float, output_mean: float, report: str) -> dict:
+    """The tidy-table columns that come from metadata, checked against the report.
+
+    Parameters
+    ----------
+    meta
+        Merged metadata of the report.
+    prompt_mean, output_mean
+        Measured mean prompt and output token counts over the report's benchmarks.
+    report
+        The report's path, for messages.
+
+    Returns
+    -------
+    dict
+        ``verifier, verifier_params_b, drafter, drafter_params_b, method, hardware,
+        moe_experts_active, moe_experts_total, prefill_tokens, decode_tokens, k, alpha,
+        alpha_source``.
+    """
+    v = meta.values
+    for key in REQUIRED:
+        if key not in v:
+            raise InputError(f"missing; the report does not say it: put it in {DIR_FILE} or "
+                             f"{Path(report).stem}.toml next to the report, --meta FILE, or the "
+                             "command line", report, key)
+    k = v.get("k", 0)
+    if k < 0:
+        raise InputError("must be 0 (no SD) or a positive draft length", meta.where("k"), "k")
+    row = {
+        "verifier": v["verifier"], "verifier_params_b": float(v["verifier_params_b"]),
+        "hardware": v["hardware"], "k": k,
+        "moe_experts_active": v.get("moe_experts_active", 0),
+        "moe_experts_total": v.get("moe_experts_total", 0),
+        "prefill_tokens": _length(meta, "prefill_tokens", prompt_mean, report),
+        "decode_tokens": _length(meta, "decode_tokens", output_mean, report),
+    }
+    row.update(_drafter(meta, k) if k > 0 else _no_sd(meta))
+    return row
+
+
+def _length(meta: Meta, key: str, measured: float, report: str) -> float:
+    if key not in meta.values:
+        if not (math.isfinite(measured) and measured > 0):
+            raise InputError(f"the report has no token counts; give {key} in the metadata",
+                             report, key)
+        return float(measured)
+    stated = float(meta.values[key])
+    if stated <= 0:
+        raise InputError("must be a positive number of tokens", meta.where(key), key)
+    if math.isfinite(measured) and abs(stated - measured) > MAX_LENGTH_MISMATCH * measured:
+        raise InputError(f"{stated:g} contradicts the report {report}, which measured a mean of "
+                         f"{measured:.1f} tokens; fix the metadata or drop the key",
+                         meta.where(key), key)
+    return stated
+
+
+def _no_sd(meta: Meta) -> dict:
+    v = meta.values
+    for key in ("alpha", "drafter", "drafter_params_b"):
+        if key in v:
+            raise InputError(f"given for a run without speculative decoding (k = 0); set k or "
+                             f"drop {key}", meta.where(key), key)
+    if v.get("method", "none") != "none":
+        raise InputError(f"method {v['method']!r} needs k > 0; set k or drop method",
+                         meta.where("method"), "method")
+    if "metrics_after" in v:
+        counters = vllm_metrics.read_counters(v["metrics_after"])
+        if counters.present and counters.drafts > 0:
+            raise InputError("k = 0, but these metrics show speculative decoding; set k",
+                             v["metrics_after"], "k")
+    return {"drafter": "none", "drafter_params_b": 0.0, "method": "none",
+            "alpha": math.nan, "alpha_source": "none"}
+
+
+def _drafter(meta: Meta, k: int) -> dict:
+    v = meta.values
+    if v.get("method", "none") == "none":
+        raise InputError(f"k = {k} needs the SD method (eagle3, draft_model, ngram, mtp, ...)",
+                         meta.where("k"), "method")
+    if "drafter" not in v:
+        raise InputError(f"k = {k} needs the drafter's name", meta.where("k"), "drafter")
+    alpha, source = _alpha(meta, k)
+    return {"drafter": v["drafter"], "drafter_params_b": float(v.get("drafter_params_b", 0.0)),
+            "method": v["method"], "alpha": alpha, "alpha_source": source}
+
+
+def _alpha(meta: Meta, k: int) -> tuple[float, str]:
+    v = meta.values
+    has_metrics = "metrics_before" in v or "metrics_after" in v
+    if has_metrics and "alpha" in v:
+        raise InputError("give alpha or the metrics files to measure it, not both",
+                         meta.where("alpha"), "alpha")
+    if has_metrics:
+        for key in ("metrics_before", "metrics_after"):
+            if key not in v:
+                raise InputError("measuring alpha needs both metrics_before and metrics_after",
+                                 meta.where("metrics_before" if key == "metrics_after" else
+                                            "metrics_after"), key)
+        after = vllm_metrics.read_counters(v["metrics_after"])
+        if not after.present:
+            raise InputError(f"k = {k}, but {v['metrics_after']} has no vllm:spec_decode_* "
+                             "counters: that server ran without speculative decoding; set k = 0 "
+                             "or give the SD run's metrics", meta.where("k"), "k")
+        measured = vllm_metrics.acceptance(vllm_metrics.read_counters(v["metrics_before"]), after,
+                                           v["metrics_after"])
+        if measured.k != k:
+            raise InputError(f"k = {k} contradicts the metrics, which count {measured.k} draft "
+                             "positions", meta.where("k"), "k")
+        return measured.alpha, "measured"
+    if "alpha" not in v:
+        raise InputError(f"k = {k} needs alpha (forced or assumed) or metrics_before and "
+                         "metrics_after to measure it", meta.where("k"), "alpha")
+    alpha = float(v["alpha"])
+    if not 0 <= alpha <= 1:
+        raise InputError(f"must lie in [0, 1], got {alpha:g}", meta.where("alpha"), "alpha")
+    source = v.get("alpha_source", "forced")
+    if source not in ("forced", "assumed"):
+        raise InputError("must be forced or assumed (measured comes from metrics files)",
+                         meta.where("alpha_source"), "alpha_source")
+    return alpha, source

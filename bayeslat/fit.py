@@ -1,0 +1,274 @@
+"""Sampling, convergence diagnostics, the headline, saving and loading fitted models.
+
+:func:`run` is what ``bayeslat fit`` does: read a sweep table, build a model variant, sample it
+(nutpie, PyMC's NUTS or numpyro), add the pointwise log-likelihood (for PSIS-LOO), check
+convergence, write one netCDF file atomically and summarise each configuration. :func:`load`
+reads such a file back into a model ready to predict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from bayeslat import theory
+from bayeslat.data import schema
+from bayeslat.errors import FitError
+from bayeslat.models import DEFAULT, get
+from bayeslat.models.base import FORMAT, prepare
+from bayeslat.scaling import ScalingConfig
+
+SAMPLERS = ("nutpie", "pymc", "numpyro")
+EXAMPLE = Path("data/example/sweep.parquet")
+# Convergence: what --strict requires.
+MAX_RHAT, MIN_ESS = 1.01, 400
+REQUIRED_ATTRS = ("bayeslat_format", "variant", "config", "priors", "feature_scales",
+                  "data_hash", "fit_data_hash", "sampler", "bayeslat_version")
+
+
+@dataclass
+class Diagnostics:
+    """Convergence summary of a fit."""
+
+    max_rhat: float
+    min_ess_bulk: float
+    min_ess_tail: float
+    divergences: int
+    seconds: float
+
+    @property
+    def converged(self) -> bool:
+        return (self.max_rhat <= MAX_RHAT and self.min_ess_bulk >= MIN_ESS
+                and self.min_ess_tail >= MIN_ESS and self.divergences == 0)
+
+    def problems(self) -> list[str]:
+        """What fails the convergence criteria, in words."""
+        out = []
+        if not self.max_rhat <= MAX_RHAT:
+            out.append(f"max R-hat {self.max_rhat:.3f} > {MAX_RHAT}")
+        if not self.min_ess_bulk >= MIN_ESS:
+            out.append(f"min bulk ESS {self.min_ess_bulk:.0f} < {MIN_ESS}")
+        if not self.min_ess_tail >= MIN_ESS:
+            out.append(f"min tail ESS {self.min_ess_tail:.0f} < {MIN_ESS}")
+        if self.divergences:
+            out.append(f"{self.divergences} divergent transitions")
+        return out
+
+
+def _jitter_vars(model):
+    """Scale parameters to jitter between chains; the coefficients start exactly where the
+    data put them (a jitter there could start a chain deep in the saturation barrier)."""
+    return {rv for rv in model.free_RVs if rv.name in ("sigma", "nu") or rv.name.startswith("tau")}
+
+
+def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed: int = 0,
+           sampler: str = "nutpie", progressbar: bool = True, cores: int | None = None):
+    """Sample the posterior of ``model`` (a :class:`~bayeslat.models.base.LatencyModel`).
+
+    The start is checked first (finite log density, :meth:`LatencyModel.check_start`). The
+    pointwise log-likelihood is added for PSIS-LOO, and the sampler settings go into the
+    posterior's attrs. Sets and returns ``model.idata``.
+    """
+    import pymc as pm
+
+    if sampler not in SAMPLERS:
+        raise FitError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    pm_model = model.build()
+    model.check_start(pm_model)
+    cores = cores or min(chains, os.cpu_count() or 1)
+    if sampler == "nutpie":
+        nutpie = _optional("nutpie", "nutpie")
+        compiled = nutpie.compile_pymc_model(pm_model, initial_points=model.initial_values(),
+                                             jitter_rvs=_jitter_vars(pm_model))
+        idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores,
+                              seed=seed, progress_bar=progressbar, save_warmup=False)
+    else:
+        kwargs = {}
+        if sampler == "numpyro":
+            _optional("numpyro", "numpyro")
+            kwargs["nuts_sampler"] = "numpyro"
+        idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed,
+                          init="adapt_diag", initvals=model.initial_values(),
+                          progressbar=progressbar, model=pm_model,
+                          compute_convergence_checks=False, **kwargs)
+    _complete(idata, pm_model)
+    idata.posterior.attrs["sampler"] = json.dumps(
+        {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains, "seed": seed})
+    model.idata = idata
+    return idata
+
+
+def _optional(module: str, extra: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise FitError(f"the {module} sampler is not installed; pip install 'bayeslat[{extra}]' "
+                       "or choose --sampler pymc") from None
+
+
+def _complete(idata, pm_model) -> None:
+    """Add what a sampler left out: observed and constant data, the log-likelihood."""
+    import pymc as pm
+    from pymc.backends.arviz import find_constants, find_observations
+
+    dims = {name: list(d) for name, d in pm_model.named_vars_to_dims.items()}
+    coords = {k: np.asarray(v) for k, v in pm_model.coords.items() if v is not None}
+    for group, found in (("observed_data", find_observations(pm_model)),
+                         ("constant_data", find_constants(pm_model))):
+        if group not in idata.groups():
+            ds = xr.Dataset({n: xr.DataArray(np.asarray(v), dims=dims.get(n)) for n, v in
+                             found.items()}).assign_coords(obs=coords["obs"])
+            idata.add_groups({group: ds})
+    if "log_likelihood" not in idata.groups():
+        pm.compute_log_likelihood(idata, model=pm_model, progressbar=False)
+
+
+def diagnostics(idata, seconds: float = float("nan")) -> Diagnostics:
+    """Max R-hat, min bulk and tail ESS over every posterior variable, and divergences."""
+    import arviz as az
+
+    post = idata.posterior
+    chains = post.sizes["chain"]
+
+    def extreme(ds, fn):
+        values = [np.asarray(v) for v in ds.data_vars.values()]
+        flat = np.concatenate([v.ravel() for v in values]) if values else np.array([np.nan])
+        return float(fn(flat)) if np.isfinite(flat).any() else float("nan")
+
+    rhat = extreme(az.rhat(post), np.nanmax) if chains > 1 else float("nan")
+    stats = getattr(idata, "sample_stats", None)
+    div = int(stats["diverging"].sum()) if stats is not None and "diverging" in stats else 0
+    return Diagnostics(max_rhat=rhat,
+                       min_ess_bulk=extreme(az.ess(post, method="bulk"), np.nanmin),
+                       min_ess_tail=extreme(az.ess(post, method="tail"), np.nanmin),
+                       divergences=div, seconds=seconds)
+
+
+def headline(model, seed: int = 0) -> pd.DataFrame:
+    """Per SD configuration: zero-load speedup and RPS* (median, 90% interval, P(exists)).
+
+    Both from the configuration's ``C1``, ``C2`` and its group's baseline ``(k = 0)``, via
+    :mod:`bayeslat.theory`. For ``moe`` these are the full-coverage coefficients.
+    """
+    rows = model.rows
+    sd = rows[rows["k"] > 0].drop_duplicates("config").assign(rps=0.0)
+    base = sd.assign(k=0, alpha=np.nan, method="none", drafter="none", drafter_params_b=0.0)
+    if hasattr(model, "known"):  # dense: only groups whose baseline was measured
+        ok = model.known(prepare(base))
+        sd, base = sd[ok], base[ok]
+    if sd.empty:
+        return pd.DataFrame(columns=["config", "speedup0", "speedup0_lo", "speedup0_hi",
+                                     "rps_star", "rps_star_lo", "rps_star_hi", "p_break_even"])
+    pred = model.predict(pd.concat([sd, base], ignore_index=True), seed=seed)
+    c1, c2 = _full_coefficients(pred)
+    n = len(sd)
+    first, second = {"obs": slice(0, n)}, {"obs": slice(n, 2 * n)}
+    c1_sd, c2_sd = c1.isel(first), c2.isel(first)
+    c1_d = c1.isel(second).assign_coords(obs=c1_sd.obs)
+    c2_d = c2.isel(second).assign_coords(obs=c1_sd.obs)
+    speed0 = 1.0 / theory.ratios(c1_d, c2_d, c1_sd, c2_sd)[0]
+    star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd)
+    q = [0.05, 0.5, 0.95]
+    s_q = speed0.quantile(q, dim=("chain", "draw")).values
+    r_q = star.quantile(q, dim=("chain", "draw"), skipna=True).values
+    return pd.DataFrame({
+        "config": sd["config"].to_numpy(),
+        "speedup0": s_q[1], "speedup0_lo": s_q[0], "speedup0_hi": s_q[2],
+        "rps_star": r_q[1], "rps_star_lo": r_q[0], "rps_star_hi": r_q[2],
+        "p_break_even": star.notnull().mean(("chain", "draw")).values,
+    })
+
+
+def _full_coefficients(pred: xr.Dataset):
+    if "C1" in pred:
+        return pred["C1"], pred["C2"]
+    return pred["C1u"] + pred["C1s"], pred["C2u"] + pred["C2s"]
+
+
+@dataclass
+class FitResult:
+    """What :func:`run` produced."""
+
+    model: object
+    diagnostics: Diagnostics
+    headline: pd.DataFrame
+    path: Path
+
+
+def run(data: str | os.PathLike | None = None, variant: str = DEFAULT, *,
+        output: str | os.PathLike | None = None, config: str | os.PathLike | None = None,
+        draws: int = 1000, tune: int = 1000, chains: int = 4, seed: int = 0,
+        sampler: str = "nutpie", overwrite: bool = False, progressbar: bool = True,
+        status=None) -> FitResult:
+    """Fit ``variant`` to the sweep table ``data`` and write the fit to ``output``.
+
+    Parameters
+    ----------
+    data
+        A Parquet sweep table; the shipped example when None.
+    output
+        The netCDF file to write; ``models/<data name>-<variant>.nc`` when None. An existing
+        file is an error unless ``overwrite``.
+    config
+        A TOML or JSON file overriding the scaling design and priors.
+    status
+        Optional callable taking a one-line message about the current phase.
+    """
+    import time
+
+    say = status or (lambda message: None)
+    data = Path(data) if data is not None else EXAMPLE
+    if not data.exists() and data == EXAMPLE:
+        raise FitError(f"the shipped example {EXAMPLE} is missing; run from the project root "
+                       "or give a sweep table")
+    output = Path(output) if output is not None else Path("models") / f"{data.stem}-{variant}.nc"
+    if output.exists() and not overwrite:
+        raise FitError(f"{output}: the file exists; pass --overwrite to replace it or choose "
+                       "another name with -o")
+    cfg = ScalingConfig.load(config) if config is not None else ScalingConfig()
+    say(f"reading {data}")
+    model = get(variant)(schema.read_table(data), cfg)
+    say(f"building and compiling the {variant} model ({len(model.rows)} rows)")
+    start = time.perf_counter()
+    idata = sample(model, draws=draws, tune=tune, chains=chains, seed=seed, sampler=sampler,
+                   progressbar=progressbar)
+    diag = diagnostics(idata, time.perf_counter() - start)
+    say(f"writing {output}")
+    model.save(output, overwrite=overwrite)
+    say("summarising each configuration")
+    return FitResult(model=model, diagnostics=diag, headline=headline(model, seed), path=output)
+
+
+def load(path: str | os.PathLike):
+    """A fitted model from a file written by ``bayeslat fit``, ready to predict.
+
+    Checks that the file is a bayeslat fit of a known variant and format and that its stored
+    training data match their hash.
+    """
+    import arviz as az
+
+    path = Path(path)
+    if not path.is_file():
+        raise FitError(f"{path}: no such file; give a fit written by 'bayeslat fit'")
+    try:
+        idata = az.from_netcdf(path, engine="h5netcdf")
+        attrs = dict(idata.posterior.attrs)
+    except Exception as exc:  # h5py and xarray raise several unrelated types
+        raise FitError(f"{path}: not a readable fit ({type(exc).__name__}: {exc}); give a "
+                       "file written by 'bayeslat fit'") from exc
+    missing = [k for k in REQUIRED_ATTRS if k not in attrs]
+    if missing or "fit_data" not in idata.groups():
+        raise FitError(f"{path}: not a bayeslat fit (missing {', '.join(missing) or 'fit_data'}"
+                       "); give a file written by 'bayeslat fit'")
+    if str(attrs["bayeslat_format"]) != str(FORMAT):
+        raise FitError(f"{path}: fit format {attrs['bayeslat_format']}, this bayeslat reads "
+                       f"format {FORMAT}; refit with this version")
+    return get(attrs["variant"]).from_idata(idata, str(path))

@@ -1,0 +1,185 @@
+r"""``hierarchical`` (the default): six per-stage coefficients with linear scaling priors.
+
+Units. A *group* ``j`` (verifier, hardware, prefill ``p``, decode ``g``) has the verifier-side
+coefficients ``c1p, c1v, c2p, c2v``, shared by its baseline (``k = 0``) rows and every SD
+configuration in it, so the baseline anchors them. A *draft* ``d`` (a group with one drafter,
+``method:drafter``) has the drafter-side ``c1d, c2d``: the marginal cost per drafted token, the
+drafter step plus verifying that token.
+
+.. math::
+    c_{qu} = (x_{qu} \cdot \beta_q)\, e^{\tau_q z_{qu}}, \quad
+    \beta_{qf} \sim \mathrm{HalfNormal}(b_q), \quad \tau_q \sim \mathrm{HalfNormal}(t),
+    \quad z_{qu} \sim N(0, 1),
+
+    C_1 = c_{1p} + \tfrac{g}{E}(c_{1v} + k\,c_{1d}), \qquad
+    C_2 = c_{2p} + \tfrac{g}{E}(c_{2v} + k\,c_{2d}), \qquad E = E(\alpha, k),
+
+with ``x`` the unit's standardised features (:mod:`bayeslat.scaling`: which features each
+coefficient scales with, and the prior scales ``b_q`` in physical units, are configuration), and
+the likelihood of :mod:`bayeslat.models.base`. The deviations are centred
+(``log c ~ Normal(log(x·beta), tau)``, which mixes well with hundreds of points per group) except
+for the coefficients in ``config.noncentered`` (default the prefill costs, which the data pin
+down least: ``log c = log(x·beta) + tau·z``). New groups and drafters (never measured) are predicted
+from the population: ``x·beta`` at their features times a fresh deviation ``exp(tau·z)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bayeslat import scaling, theory
+from bayeslat.errors import FitError
+from bayeslat.models import start as st
+from bayeslat.models.base import LatencyModel, unit_index
+
+UNIT_COLUMNS = ("verifier_params_b", "prefill_tokens", "decode_tokens", "drafter_params_b",
+                "moe_experts_active", "moe_experts_total")
+
+
+def _dim(coef: str) -> str:
+    return "group" if coef in scaling.VERIFIER_COEFS else "draft"
+
+
+class HierarchicalModel(LatencyModel):
+    """Six per-stage coefficients per group and drafter, tied by linear scaling priors."""
+
+    variant = "hierarchical"
+
+    def features(self, coef: str) -> tuple[str, ...]:
+        """The features ``coef`` scales with (intercept first)."""
+        return self.config.features(coef)
+
+    def setup(self, scales: dict | None) -> None:
+        rows = self.rows
+        if not (rows["k"] > 0).any():
+            raise FitError(f"the {self.variant} model needs SD rows (k > 0) to tell the verify "
+                           "and draft costs apart; fit baseline-only data with --model dense")
+        self.units = {
+            "group": rows.drop_duplicates("group").set_index("group")[list(UNIT_COLUMNS)],
+            "draft": rows[rows["k"] > 0].drop_duplicates("draft").set_index("draft")[
+                list(UNIT_COLUMNS)],
+        }
+        self.scales, self.x = {}, {}
+        for coef in scaling.COEFS:
+            units = self.units[_dim(coef)]
+            given = None if scales is None else scales[coef]
+            self.x[coef], self.scales[coef] = scaling.standardise(units, self.features(coef),
+                                                                  given)
+
+    def scales_dict(self) -> dict:
+        return self.scales
+
+    def coords(self):
+        return {"group": self.units["group"].index.to_numpy(),
+                "draft": self.units["draft"].index.to_numpy(),
+                **{f"{c}_feature": list(self.scales[c]) for c in scaling.COEFS}}
+
+    def unit_coefficient(self, coef: str, new_units: pd.DataFrame):
+        """The coefficient of every known unit, then of each new unit (population + fresh
+        deviation), as one vector to gather from."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        dim, priors = _dim(coef), self.config
+        beta = pm.HalfNormal(f"beta_{coef}", sigma=priors.prior("beta_scale")[coef],
+                             dims=f"{coef}_feature")
+        tau = pm.HalfNormal(f"tau_{coef}", sigma=priors.prior("tau_scale"))
+        log_mu = pt.log(pt.dot(self.x[coef], beta))
+        if coef not in priors.noncentered:
+            log_c = pm.Normal(f"log_{coef}", mu=log_mu, sigma=tau, dims=dim)
+        else:
+            z = pm.Normal(f"z_{coef}", 0.0, 1.0, dims=dim)
+            log_c = log_mu + tau * z
+        value = pm.Deterministic(coef, pt.exp(log_c), dims=dim)
+        if len(new_units):
+            x_new, _ = scaling.standardise(new_units, self.features(coef), self.scales[coef])
+            z_new = pm.Normal(f"new_z_{coef}", 0.0, 1.0, dims=f"new_{dim}")
+            value = pt.concatenate([value, pt.exp(pt.log(pt.dot(x_new, beta)) + tau * z_new)])
+        return value
+
+    def stage_coefficients(self, rows: pd.DataFrame, dim: str):
+        """The six coefficients of each row (dim ``dim``), gathered one column at a time."""
+        import pymc as pm
+
+        model = pm.modelcontext(None)
+        sd = (rows["k"] > 0).to_numpy()
+        gidx, new_groups = unit_index(rows["group"], self.units["group"].index)
+        didx = np.zeros(len(rows), dtype=int)
+        didx[sd], new_drafts = unit_index(rows.loc[sd, "draft"], self.units["draft"].index)
+        new_units = {}
+        for dim, labels, key in (("group", new_groups, "group"), ("draft", new_drafts, "draft")):
+            new_units[dim] = rows.drop_duplicates(key).set_index(key).loc[labels]
+            if len(labels):
+                model.add_coord(f"new_{dim}", labels.to_numpy())
+        index = {"group": pm.Data("group_idx", gidx, dims=dim),
+                 "draft": pm.Data("draft_idx", didx, dims=dim)}
+        return {coef: self.unit_coefficient(coef, new_units[_dim(coef)])[index[_dim(coef)]]
+                for coef in scaling.COEFS}
+
+    def coefficients(self, curves, data, dim):
+        c = self.stage_coefficients(curves, dim)
+        c1, c2 = theory.effective_coefficients(*(c[q] for q in scaling.COEFS), data["alpha"],
+                                               data["k"], data["decode_tokens"])
+        return {"C1": c1, "C2": c2}
+
+    # -- the feasible start --------------------------------------------------------------------
+    def unit_start(self) -> dict[str, np.ndarray]:
+        """Start values of the six coefficients per unit, every observed point below
+        :data:`~bayeslat.models.start.MAX_LOAD` of saturation."""
+        rows = self.rows
+        codes, _ = pd.factorize(rows["config"])
+        fits = st.linear_fits(codes, rows["rps"].to_numpy(), rows["latency_mean"].to_numpy())
+        cfg = rows.groupby(codes).first().loc[fits.index]
+        e = theory.tokens_per_cycle(cfg["alpha0"].to_numpy(), cfg["k"].to_numpy())
+        cycles = cfg["decode_tokens"].to_numpy() / e
+        drafted = cycles * cfg["k"].to_numpy()
+        groups, drafts = self.units["group"].index, self.units["draft"].index
+        out = {c: np.zeros(len(groups if _dim(c) == "group" else drafts)) for c in scaling.COEFS}
+        for label in cfg["group"].unique():
+            j, m = groups.get_loc(label), (cfg["group"] == label).to_numpy()
+            local, local_labels = pd.factorize(cfg.loc[m, "draft"])
+            n_local = len(local_labels)
+            for i, (p, v, d) in enumerate((("c1p", "c1v", "c1d"), ("c2p", "c2v", "c2d"))):
+                target = fits.loc[m, f"C{i + 1}"].to_numpy()
+                cp, cv, cd = st.stage_coefficients(cycles[m], drafted[m], local, target, n_local)
+                out[p][j], out[v][j] = cp, cv
+                for li, label in enumerate(local_labels):
+                    if label != "none":
+                        out[d][drafts.get_loc(label)] = cd[li]
+        out = {c: st.floor_positive(v) for c, v in out.items()}
+        return self._feasible(out)
+
+    def _feasible(self, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Shrink each group's load coefficients until its points are below MAX_LOAD."""
+        rows = self.rows
+        gidx = self.units["group"].index.get_indexer(rows["group"])
+        didx = np.maximum(self.units["draft"].index.get_indexer(rows["draft"]), 0)
+        _, c2 = theory.effective_coefficients(
+            0.0, 0.0, 0.0, c["c2p"][gidx], c["c2v"][gidx], c["c2d"][didx], rows["alpha0"],
+            rows["k"], rows["decode_tokens"])
+        load = pd.Series(rows["rps"].to_numpy() * np.asarray(c2)).groupby(gidx).max()
+        shrink = np.minimum(1.0, st.MAX_LOAD / load.reindex(range(len(c["c2p"]))).fillna(1.0))
+        shrink = shrink.to_numpy()
+        c["c2p"], c["c2v"] = c["c2p"] * shrink, c["c2v"] * shrink
+        draft_group = self.units["group"].index.get_indexer(
+            self.rows.drop_duplicates("draft").set_index("draft").loc[
+                self.units["draft"].index, "group"])
+        c["c2d"] = c["c2d"] * shrink[draft_group]
+        return c
+
+    def start(self) -> dict[str, np.ndarray]:
+        values = self.unit_start()
+        out = {}
+        for coef in scaling.COEFS:
+            c, x = values[coef], self.x[coef]
+            beta, _ = st.nnls(x / c[:, None], np.ones(len(c)))
+            beta = st.floor_positive(beta, 0.01)
+            dev = np.log(c) - np.log(x @ beta)
+            tau = float(np.clip(dev.std(), 0.05, 1.0))
+            out |= {f"beta_{coef}": beta, f"tau_{coef}": tau}
+            if coef in self.config.noncentered:
+                out[f"z_{coef}"] = dev / tau
+            else:
+                out[f"log_{coef}"] = np.log(c)
+        return out

@@ -1,0 +1,100 @@
+"""Self-contained HTML reports of fitted models (``bayeslat report``).
+
+One module per section; :func:`build` assembles them in :data:`SECTIONS` order into one page
+(:mod:`bayeslat.report.page`) whose figures and styles are embedded, so it opens in any browser
+with no network. Every section is about the first model given; with several models the
+diagnostics section adds their PSIS-LOO comparison.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bayeslat import __version__
+from bayeslat.files import atomic_output
+
+# Section ids, in page order (each is a module of this package with a ``section`` function).
+SECTIONS = ("data", "collapse", "coefficients", "ratios", "speedup", "kstar", "diagnostics",
+            "limits")
+
+
+def _names(paths: Sequence[Path]) -> list[str]:
+    """File names, or the paths as given where two files share a name."""
+    names = [p.name for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
+
+
+def build(paths: Sequence[str | os.PathLike], seed: int = 0,
+          status: Callable[[str], None] | None = None) -> str:
+    """The HTML report of the fits in ``paths`` (files written by ``bayeslat fit``).
+
+    Parameters
+    ----------
+    paths
+        One or more fits; the first is the one reported on, all are compared by PSIS-LOO.
+    seed
+        Seed of the thinning of draws and of the draws for unmeasured groups.
+    status
+        Optional callable taking a one-line message about the current step.
+    """
+    import importlib
+
+    from bayeslat import fit
+    from bayeslat.report import inputs as inp
+    from bayeslat.report import page
+
+    say = status or (lambda message: None)
+    paths = [Path(p) for p in paths]
+    models = {}
+    for name, path in zip(_names(paths), paths, strict=True):
+        say(f"loading {path}")
+        models[name] = fit.load(path)
+    data = inp.Inputs(models, seed=seed)
+    say("predicting latency at the measured points and along each configuration")
+    data.predict_latency()
+    data.predict_decisions(say)
+    sections = []
+    for sid in SECTIONS:
+        say(f"drawing the {sid} section")
+        sections.append(importlib.import_module(f"bayeslat.report.{sid}").section(data))
+    model = data.model
+    kept = data.thin.idata.posterior
+    total = model.idata.posterior
+    meta = [f"Model: {data.name} (variant {model.variant}), fitted to {len(model.table)} "
+            f"benchmarks; data hash {model.data_hash[:12]}.",
+            f"Figures and tables use {kept.sizes['chain'] * kept.sizes['draw']} of "
+            f"{total.sizes['chain'] * total.sizes['draw']} posterior draws (chosen at random, "
+            f"seed {seed}). Made by bayeslat {__version__}."]
+    if len(models) > 1:
+        meta.append("Compared with: " + ", ".join(list(models)[1:]) + " (see Diagnostics).")
+    return page.render(f"bayeslat report: {data.name}", meta, sections)
+
+
+def write(paths: Sequence[str | os.PathLike], output: str | os.PathLike, *,
+          overwrite: bool = False, seed: int = 0,
+          status: Callable[[str], None] | None = None) -> Path:
+    """Build the report of ``paths`` and write it to ``output`` atomically.
+
+    An existing ``output`` is an error unless ``overwrite``; it is checked before the
+    (minute-long) build starts.
+    """
+    with atomic_output(output, overwrite=overwrite) as tmp:
+        tmp.write_text(build(paths, seed=seed, status=status), encoding="utf-8")
+    return Path(output)
+
+
+def save_figures(report_path: str | os.PathLike, folder: str | os.PathLike,
+                 overwrite: bool = False) -> list[Path]:
+    """Write every figure of a report as a PNG in ``folder``, named after its alt text
+    (``universal-collapse.png``, ...), to show them elsewhere (the README)."""
+    from bayeslat.report import page
+
+    out = []
+    for alt, png in page.images(Path(report_path).read_text(encoding="utf-8")):
+        path = Path(folder) / f"{page.slug(alt)}.png"
+        with atomic_output(path, overwrite=overwrite) as tmp:
+            tmp.write_bytes(png)
+        out.append(path)
+    return out

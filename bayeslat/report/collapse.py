@@ -1,0 +1,163 @@
+"""Section: the universal collapse and the posterior predictive check of every configuration."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+from matplotlib import ticker
+
+from bayeslat import theory
+from bayeslat.data import schema
+from bayeslat.fit import _full_coefficients as full_coefficients
+from bayeslat.report import page
+
+DRAWS = ("chain", "draw")
+# Figures of per-configuration checks: at most this many groups (the table lists every one).
+MAX_GROUPS = 12
+PANEL_COLUMNS = 5
+
+
+def section(inputs) -> page.Section:
+    table, fitted = inputs.model.table, inputs.fitted
+    out = page.Section("collapse", "Universal collapse and posterior predictive checks")
+    out.add(page.text(
+        "Theory: every configuration falls on one curve, L/C1 = 1/(1 − x) with x = rps·C2, "
+        "while it is below saturation. Each measured point is placed with its configuration's "
+        "posterior median C1 and C2; the bands are the 50% and 90% posterior predictive "
+        "scatter of the likelihood around the curve. The right panel shows what is left: a "
+        "pattern in the binned median (e.g. an S shape) is something the model does not "
+        "capture."))
+    out.add(page.figure(collapse_figure(table, fitted),
+                        "Universal collapse (left) and log residuals against x (right).",
+                        "universal collapse"))
+    labels = schema.group_labels(table)
+    out.add("<h3>Per configuration: measured points over the predicted band</h3>",
+            page.text("Points: measured mean latency ± 2 standard errors. Grey bands: 50% and "
+                      "90% posterior predictive intervals; line: posterior median of the "
+                      "model's mean latency. Where the band leaves the plot the configuration "
+                      "saturates."))
+    shown = list(pd.unique(labels))[:MAX_GROUPS]
+    for group in shown:
+        out.add(page.figure(group_figure(table, fitted, inputs.curve_rows, inputs.curves, group),
+                            f"Posterior predictive check, group {group}.", f"check {group}"))
+    if labels.nunique() > MAX_GROUPS:
+        out.add(page.text(f"Figures are shown for the first {MAX_GROUPS} of "
+                          f"{labels.nunique()} groups; the table lists every configuration."))
+    out.add("<h3>Coverage per configuration</h3>",
+            page.text("Share of measured points inside the 50% and 90% predictive intervals "
+                      "(about 0.5 and 0.9 when the model is adequate), and the median relative "
+                      "error of the posterior median latency. Worst first."),
+            page.table(coverage(table, fitted), scroll=True))
+    return out
+
+
+def collapse_figure(table: pd.DataFrame, fitted: xr.Dataset):
+    c1, c2 = full_coefficients(fitted)
+    rps, measured = table["rps"].to_numpy(), table["latency_mean"].to_numpy()
+    x, y = theory.collapse(rps, measured, c1.median(DRAWS).values, c2.median(DRAWS).values)
+    scatter = _scatter_quantiles(fitted)
+    fig, (ax, res) = page.subplots(2, 2, width=5.6, height=4.2)
+    grid = np.linspace(0, min(0.97, max(np.nanmax(x), 0.5)), 200)
+    curve = 1 / (1 - grid)
+    ax.fill_between(grid, curve * scatter[0.05], curve * scatter[0.95], color="0.85",
+                    label="90% predictive")
+    ax.fill_between(grid, curve * scatter[0.25], curve * scatter[0.75], color="0.65",
+                    label="50% predictive")
+    ax.plot(grid, curve, "k-", lw=1.2, label="1/(1 − x)")
+    model_lat = fitted["latency"].median(DRAWS).values
+    with np.errstate(divide="ignore"):
+        residual = np.log(measured / model_lat)  # -inf where the model saturates the point
+    residual[~np.isfinite(residual)] = np.nan
+    for i, verifier in enumerate(pd.unique(table["verifier"])):
+        m = (table["verifier"] == verifier).to_numpy()
+        st = page.style(i)
+        for a, yy in ((ax, y), (res, residual)):
+            a.plot(x[m], yy[m], st["marker"], ms=3, mfc="none", mec=st["color"], alpha=0.7,
+                   label=verifier if a is ax else None)
+    ax.set(xlabel="x = rps·C2 (dimensionless load)", ylabel="y = L / C1 (log scale)",
+           yscale="log", title="Collapse onto 1/(1 − x)")
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(ticker.FormatStrFormatter("%g"))
+    ax.legend(fontsize=7, loc="upper left")
+    for q in (0.05, 0.25, 0.75, 0.95):
+        res.axhline(np.log(scatter[q]), color="0.5", ls="--" if q in (0.05, 0.95) else ":",
+                    lw=0.8)
+    res.axhline(0, color="k", lw=0.8)
+    centres, medians = _binned_median(x, residual)
+    res.plot(centres, medians, "k-", lw=2, label="binned median")
+    res.set(xlabel="x = rps·C2 (dimensionless load)",
+            ylabel="log(measured L / model L)", title="Residuals (dashed: 90%, dotted: 50%)")
+    res.legend(fontsize=7)
+    return fig
+
+
+def _scatter_quantiles(fitted: xr.Dataset) -> dict[float, float]:
+    """Quantiles of the predictive scatter factor ``exp(sigma·t_nu)``."""
+    ratio = (fitted["latency_pp"] / fitted["latency"]).values.ravel()
+    ratio = ratio[np.isfinite(ratio)]
+    return {q: float(np.quantile(ratio, q)) for q in (0.05, 0.25, 0.75, 0.95)}
+
+
+def _binned_median(x, y, bins: int = 12):
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    edges = np.quantile(x, np.linspace(0, 1, bins + 1))
+    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+    used = [b for b in range(bins) if (idx == b).any()]
+    return (np.array([np.median(x[idx == b]) for b in used]),
+            np.array([np.median(y[idx == b]) for b in used]))
+
+
+def group_figure(table, fitted, curve_rows, curves, group: str):
+    """One panel per configuration of ``group``: measured points over the predicted band."""
+    in_group = (schema.group_labels(table) == group).to_numpy()
+    configs = (table[in_group].sort_values(["k", "alpha"]).pipe(schema.config_labels).unique())
+    curve_labels = schema.config_labels(curve_rows).to_numpy()
+    labels = schema.config_labels(table).to_numpy()
+    fig, axes = page.subplots(len(configs), PANEL_COLUMNS, width=2.7, height=2.2)
+    for ax, config in zip(axes, configs, strict=True):
+        cm = curve_labels == config
+        loads = curve_rows["rps"].to_numpy()[cm]
+        pp = curves["latency_pp"].isel(obs=np.flatnonzero(cm))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # loads where every draw saturates
+            q = pp.where(np.isfinite(pp)).quantile([0.05, 0.25, 0.75, 0.95], dim=DRAWS).values
+        mean = curves["latency"].isel(obs=np.flatnonzero(cm)).median(DRAWS).values
+        ax.fill_between(loads, q[0], q[3], color="0.85", lw=0)
+        ax.fill_between(loads, q[1], q[2], color="0.6", lw=0)
+        ax.plot(loads, np.where(np.isfinite(mean), mean, np.nan), "k-", lw=1)
+        pts = table[labels == config]
+        ax.errorbar(pts["rps"], pts["latency_mean"], yerr=2 * schema.standard_error(pts),
+                    fmt="o", ms=3, mfc="white", mec="k", ecolor="k", lw=0.8)
+        top = pts["latency_mean"].max()
+        ax.set_ylim(0, 1.6 * top if np.isfinite(top) else None)
+        ax.set_title(config.removeprefix(group).strip(), fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes:
+        ax.set_xlabel("rps (req/s)", fontsize=7)
+        ax.set_ylabel("latency (s)", fontsize=7)
+    fig.suptitle(group, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def coverage(table: pd.DataFrame, fitted: xr.Dataset) -> pd.DataFrame:
+    """Per configuration: points, share inside the 50%/90% predictive intervals, median error."""
+    q = fitted["latency_pp"].quantile([0.05, 0.25, 0.75, 0.95], dim=DRAWS).values
+    measured = table["latency_mean"].to_numpy()
+    median = fitted["latency"].median(DRAWS).values
+    df = pd.DataFrame({
+        "configuration": schema.config_labels(table).to_numpy(),
+        "in90": (measured >= q[0]) & (measured <= q[3]),
+        "in50": (measured >= q[1]) & (measured <= q[2]),
+        "err": np.abs(median / measured - 1),
+    })
+    out = df.groupby("configuration", sort=False).agg(
+        points=("in90", "size"), in_50=("in50", "mean"), in_90=("in90", "mean"),
+        median_rel_error=("err", "median")).reset_index()
+    out.columns = ["configuration", "points", "inside 50%", "inside 90%",
+                   "median |relative error|"]
+    return out.sort_values(["inside 90%", "inside 50%"]).reset_index(drop=True)

@@ -1,0 +1,120 @@
+"""Section: convergence diagnostics (R-hat, ESS, divergences, energy) and PSIS-LOO comparison."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from bayeslat import fit
+from bayeslat.report import page
+
+# Parameters listed in the table of the least converged ones.
+WORST = 12
+
+
+def section(inputs) -> page.Section:
+    out = page.Section("diagnostics", "Diagnostics and model comparison")
+    out.add(page.text(
+        f"Convergence needs R-hat ≤ {fit.MAX_RHAT}, bulk and tail effective sample sizes "
+        f"(ESS) ≥ {fit.MIN_ESS} and no divergent transitions. A fit that fails them may still "
+        "be shown, but its bands are not to be trusted."))
+    summary = convergence(inputs.models)
+    out.add(page.table(summary))
+    failing = summary[summary["converged"] == "no"]
+    if len(failing):
+        out.add(page.text("Not converged: " + "; ".join(failing["model"]) + ". Refit with more "
+                          "--tune and --draws before acting on these results.", "warn"))
+    out.add(f"<h3>The {WORST} least converged parameters of {inputs.name}</h3>",
+            page.table(worst(inputs.model.idata), floatfmt="{:.4g}"))
+    stats = getattr(inputs.model.idata, "sample_stats", None)
+    if stats is not None and "energy" in stats:
+        out.add(page.figure(energy_figure(inputs.model.idata),
+                            "Energy: the marginal energy distribution and its transitions. "
+                            "Very different widths (E-BFMI < 0.3) mean the sampler explores "
+                            "the tails poorly.", "energy plot"))
+    else:
+        out.add(page.text("The fit stores no sampler energy, so there is no energy plot."))
+    out.add("<h3>PSIS-LOO</h3>", page.text(
+        "Expected log pointwise predictive density (elpd, higher is better) by Pareto-smoothed "
+        "importance-sampling leave-one-out cross-validation; points with Pareto k > 0.7 make "
+        "the estimate unreliable."), page.table(loo_table(inputs.models), floatfmt="{:.4g}"))
+    if len(inputs.models) > 1:
+        out.add(page.text("Comparison (az.compare): rank 0 is the best expected predictive "
+                          "accuracy; dse is the standard error of the difference to it."),
+                compare(inputs.models))
+    return out
+
+
+def convergence(models: dict) -> pd.DataFrame:
+    rows = []
+    for name, model in models.items():
+        diag = fit.diagnostics(model.idata)
+        sampler = json.loads(model.idata.posterior.attrs.get("sampler", "{}"))
+        rows.append({"model": name, "variant": model.variant,
+                     "sampler": sampler.get("sampler", "?"),
+                     "chains × draws": f"{model.idata.posterior.sizes['chain']} × "
+                                       f"{model.idata.posterior.sizes['draw']}",
+                     "max R-hat": diag.max_rhat, "min bulk ESS": diag.min_ess_bulk,
+                     "min tail ESS": diag.min_ess_tail, "divergences": diag.divergences,
+                     "converged": "yes" if diag.converged else "no"})
+    return pd.DataFrame(rows)
+
+
+def worst(idata) -> pd.DataFrame:
+    import arviz as az
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # single-chain fits: R-hat undefined
+        summary = az.summary(idata, kind="diagnostics")
+    summary = summary.sort_values(["r_hat", "ess_bulk"], ascending=[False, True])
+    return summary.head(WORST).rename_axis("parameter").reset_index()
+
+
+def energy_figure(idata):
+    import arviz as az
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    az.plot_energy(idata, ax=ax, fill_color=("0.75", "0.35"))
+    ax.set_xlabel("energy (centred, nats)")
+    return fig
+
+
+def _loo(idata):
+    import arviz as az
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ArviZ warns on high Pareto k; the table shows them
+        return az.loo(idata, pointwise=True)
+
+
+def loo_table(models: dict) -> pd.DataFrame:
+    rows = []
+    for name, model in models.items():
+        try:
+            loo = _loo(model.idata)
+        except (TypeError, ValueError, KeyError) as exc:
+            rows.append({"model": name, "elpd_loo": np.nan, "se": np.nan, "p_loo": np.nan,
+                         "points with k > 0.7": f"not available ({exc})"})
+            continue
+        rows.append({"model": name, "elpd_loo": loo.elpd_loo, "se": loo.se, "p_loo": loo.p_loo,
+                     "points with k > 0.7": str(int((loo.pareto_k > 0.7).sum()))})
+    return pd.DataFrame(rows)
+
+
+def compare(models: dict) -> str:
+    import arviz as az
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = az.compare({name: m.idata for name, m in models.items()})
+    except (TypeError, ValueError, KeyError) as exc:
+        return page.text(f"The fits cannot be compared ({exc}): PSIS-LOO compares fits of "
+                         "the same observations; fit every variant to the same sweep table.",
+                         "warn")
+    table = table.drop(columns=["scale"], errors="ignore").rename_axis("model").reset_index()
+    return page.table(table, floatfmt="{:.4g}")

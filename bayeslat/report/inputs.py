@@ -1,0 +1,186 @@
+"""What the sections draw from: the fitted models, thinned draws and the few predictions shared.
+
+Predictions cost seconds each (every call rebuilds the model), so a report makes few: one for the
+fitted rows and the per-configuration latency curves together, and one decision call per setup
+(each on its own load grid, because setups saturate at very different rates). They use at most
+:data:`MAX_DRAWS` posterior draws, picked at random with the report's seed.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from bayeslat import decide
+from bayeslat.data import schema
+from bayeslat.errors import BayeslatError
+from bayeslat.fit import _full_coefficients as full_coefficients
+from bayeslat.report import page
+
+MAX_DRAWS = 400
+# Loads per latency curve and per decision grid. Curves reach past the highest measured load,
+# decision grids also to the baseline's saturation (past any break-even).
+GRID_POINTS = 30
+GRID_REACH = 1.15
+# Acceptance rates for the C1R/C2R curves, besides the measured ones.
+ALPHA_GRID = np.linspace(0.4, 0.95, 12)
+# Acceptance rates shown in speedup panels and the tables, per setup (the measured ones).
+MAX_ALPHAS = 3
+
+
+@dataclass
+class Inputs:
+    """The models of a report and the predictions its sections share.
+
+    ``model`` is the first model given (every section but the comparison is about it);
+    ``models`` maps each file name to its model.
+    """
+
+    models: dict[str, object]
+    seed: int = 0
+    model: object = field(init=False)
+    thin: object = field(init=False)
+    fitted: xr.Dataset | None = None
+    curves: xr.Dataset | None = None
+    curve_rows: pd.DataFrame | None = None
+    decisions: dict[str, xr.Dataset] = field(default_factory=dict)
+    # Per setup: the measured acceptance rates (at most MAX_ALPHAS) that speedup panels show.
+    shown_alphas: dict[str, list[float]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.model = next(iter(self.models.values()))
+        self.thin = thinned(self.model, MAX_DRAWS, self.seed)
+
+    @property
+    def name(self) -> str:
+        return next(iter(self.models))
+
+    def predict_latency(self) -> None:
+        """Predict the fitted rows and a load grid per configuration in one call."""
+        table = self.model.table
+        grid = curve_rows(table)
+        pred = self.thin.predict(pd.concat([table, grid], ignore_index=True), seed=self.seed)
+        pred = pred.assign(latency_pp=predictive(pred["latency"], self.thin.idata, self.seed))
+        n = len(table)
+        self.fitted = pred.isel(obs=slice(0, n))
+        self.curves = pred.isel(obs=slice(n, None))
+        self.curve_rows = grid
+
+    def predict_decisions(self, status=None) -> None:
+        """The decision Dataset (:func:`bayeslat.decide.from_model`) of every setup.
+
+        A setup the model cannot predict (the dense variant knows only the measured
+        configurations) is listed in :attr:`skipped` with the reason.
+        """
+        table = self.model.table
+        saturation = self.baseline_saturation()
+        for i, row in decide.setups(table).iterrows():
+            if status:
+                status(f"decisions for {row['setup']}")
+            rows = setup_rows(table, row)
+            measured = rows["alpha"].dropna()
+            # dense predicts only measured configurations: no acceptance rates in between
+            grid = measured if hasattr(self.model, "known") else np.r_[ALPHA_GRID, measured]
+            alphas = np.unique(np.round(grid, 3))
+            setup = row.to_frame().T.infer_objects()
+            highest = max(rows["rps"].max() * GRID_REACH,
+                          saturation.get(schema.group_labels(setup).iloc[0], 0.0))
+            try:
+                ds = decide.from_model(self.thin, setup, alphas, np.unique(rows["k"]),
+                                       np.linspace(0.0, highest, GRID_POINTS),
+                                       seed=self.seed + i)
+            except BayeslatError as exc:
+                self.skipped[row["setup"]] = str(exc)
+                continue
+            self.decisions[row["setup"]] = ds.isel(setup=0)
+            self.shown_alphas[row["setup"]] = pick(measured, alphas)
+
+    def baseline_saturation(self) -> dict[str, float]:
+        """Per group with a measured baseline: the load (req/s) at which the baseline
+        saturates, 1/C2 at the posterior median, so that decision grids reach past RPS*."""
+        c2 = full_coefficients(self.fitted)[1].median(("chain", "draw")).values
+        base = (self.model.table["k"] == 0).to_numpy()
+        groups = schema.group_labels(self.model.table)[base]
+        return (1.0 / pd.Series(c2[base], index=groups.to_numpy())).groupby(level=0).min().to_dict()
+
+    def skipped_note(self) -> str:
+        """A warning paragraph naming the setups without decisions ('' if none)."""
+        if not self.skipped:
+            return ""
+        return page.text("No decisions for: " + "; ".join(
+            f"{name} ({why})" for name, why in self.skipped.items()), "warn")
+
+
+def pick(wanted, grid) -> list[float]:
+    """Up to :data:`MAX_ALPHAS` of the ``wanted`` rates (lowest, middle, highest), snapped to
+    the ``grid``."""
+    wanted = np.unique(np.asarray(wanted, dtype=float))
+    if len(wanted) > MAX_ALPHAS:
+        wanted = wanted[np.linspace(0, len(wanted) - 1, MAX_ALPHAS).round().astype(int)]
+    return [float(grid[np.argmin(np.abs(grid - a))]) for a in wanted]
+
+
+def thinned(model, max_draws: int, seed: int):
+    """A shallow copy of ``model`` whose posterior keeps at most ``max_draws`` draws in all,
+    the same randomly chosen draw indices in every chain."""
+    post = model.idata.posterior
+    per_chain = max(1, max_draws // post.sizes["chain"])
+    if post.sizes["draw"] <= per_chain:
+        return model
+    rng = np.random.default_rng(seed)
+    keep = np.sort(rng.choice(post.sizes["draw"], per_chain, replace=False))
+    out = copy.copy(model)
+    out.idata = model.idata.isel(draw=keep)
+    return out
+
+
+def load_grid(highest: float) -> np.ndarray:
+    """Loads (req/s) from 0 to a little past the highest measured one."""
+    return np.linspace(0.0, GRID_REACH * float(highest), GRID_POINTS)
+
+
+def same_group(table: pd.DataFrame, row: pd.Series) -> pd.Series:
+    """Which rows of ``table`` belong to the group of ``row``."""
+    mask = pd.Series(True, index=table.index)
+    for col in schema.GROUP_COLUMNS:
+        mask &= table[col] == row[col]
+    return mask
+
+
+def setup_rows(table: pd.DataFrame, setup: pd.Series) -> pd.DataFrame:
+    """The rows of a setup: its group's baseline and its drafter's SD rows."""
+    group = table[same_group(table, setup)]
+    return group[(group["k"] == 0) | ((group["method"] == setup["method"])
+                                      & (group["drafter"] == setup["drafter"]))]
+
+
+def curve_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (configuration, load) on a grid from 0 to past the group's highest load."""
+    labels = schema.config_labels(table)
+    group = schema.group_labels(table)
+    highest = table.groupby(group)["rps"].max()
+    first = table.assign(config=labels).drop_duplicates("config")
+    out = []
+    for _, row in first.iterrows():
+        loads = load_grid(highest[schema.group_labels(row.to_frame().T).iloc[0]])
+        out.append(pd.DataFrame([row] * len(loads)).assign(rps=loads))
+    return pd.concat(out, ignore_index=True).drop(columns="config")
+
+
+def predictive(latency: xr.DataArray, idata, seed: int) -> xr.DataArray:
+    """Posterior predictive draws of a measured mean latency: the model's latency times the
+    Student-t scatter of the likelihood, ``exp(sigma·t_nu)`` (measurement error left out)."""
+    post = idata.posterior
+    rng = np.random.default_rng(seed)
+    t = rng.standard_t(post["nu"].values[..., None], size=latency.shape)
+    return latency * np.exp(post["sigma"].values[..., None] * t)
+
+
+def file_label(path) -> str:
+    return Path(path).name

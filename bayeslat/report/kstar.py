@@ -1,0 +1,90 @@
+"""Section: the k* map over (alpha, rps) with P(k* = k), and the decision table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib import colors
+
+from bayeslat import decide
+from bayeslat.report import page
+
+PANEL_COLUMNS = 3
+# Loads of the decision table: every n-th point of each setup's load grid.
+TABLE_EVERY = 5
+
+
+def section(inputs) -> page.Section:
+    out = page.Section("kstar", "Best draft length k* and the decision table")
+    out.add(page.text(
+        "k* is the draft length (k = 0: no SD) with the lowest mean latency at an acceptance "
+        "rate and load. Grey level: the most probable k* (darker = longer drafts); contours: "
+        "the probability P(k* = k) of that most probable k (0.5, 0.8, 0.95), so pale regions "
+        "between contours are where the data cannot yet tell the draft lengths apart. "
+        "Hatched: every k saturates in more than half the draws."))
+    out.add(inputs.skipped_note())
+    if not inputs.decisions:
+        return out
+    out.add(page.figure(map_figure(inputs.decisions), "Most probable k* and its probability "
+                        "over acceptance rate and load, per setup.", "k* map"))
+    out.add("<h3>Decision table</h3>", page.text(
+        "As printed by bayeslat decide, at a few loads of each setup's grid: the risk-neutral "
+        "k (best mean speedup) and the risk-aware k (best mean among k with P(SD hurts) ≤ "
+        f"{_epsilon(inputs.decisions):g}), with the risk-aware k's speedup (median and 90% "
+        "interval), P(SD hurts) and expected regret (mean extra latency over the best k in "
+        "each draw)."), page.table(decision_table(inputs), scroll=True))
+    return out
+
+
+def _epsilon(decisions) -> float:
+    return float(next(iter(decisions.values())).attrs.get("epsilon", 0.05))
+
+
+def map_figure(decisions: dict):
+    ks = sorted({int(k) for ds in decisions.values() for k in ds["k"].values})
+    cmap = colors.ListedColormap([str(v) for v in np.linspace(0.95, 0.15, len(ks))])
+    norm = colors.BoundaryNorm(np.arange(len(ks) + 1) - 0.5, len(ks))
+    fig, axes = page.subplots(len(decisions), PANEL_COLUMNS, width=4.0, height=3.2,
+                              layout="constrained")
+    mesh = None
+    for ax, (setup, ds) in zip(axes, decisions.items(), strict=True):
+        p = ds["p_best_k"].transpose("alpha", "rps", "k")
+        total = p.sum("k").values
+        best = p["k"].values[p.values.argmax(axis=-1)]
+        index = np.searchsorted(ks, best).astype(float)
+        index[total < 0.5] = np.nan
+        rps, alpha = ds["rps"].values, ds["alpha"].values
+        mesh = ax.pcolormesh(rps, alpha, index, cmap=cmap, norm=norm, shading="nearest")
+        top = np.where(total >= 0.5, p.values.max(axis=-1), np.nan)
+        if np.isfinite(top).sum() > 3 and len(alpha) > 1:
+            cs = ax.contour(rps, alpha, top, levels=[0.5, 0.8, 0.95], colors="k",
+                            linewidths=[0.6, 0.9, 1.3], linestyles=["dotted", "dashed", "solid"])
+            ax.clabel(cs, fontsize=6, fmt="%.2f")
+        if (total < 0.5).any():
+            ax.contourf(rps, alpha, (total < 0.5).astype(float), levels=[0.5, 1.5],
+                        colors="none", hatches=["////"])
+        ax.set_title(page.two_lines(setup), fontsize=7)
+        ax.set_xlabel("load rps (req/s)", fontsize=8)
+        ax.set_ylabel("acceptance rate alpha", fontsize=8)
+        ax.tick_params(labelsize=7)
+    bar = fig.colorbar(mesh, ax=list(axes), ticks=range(len(ks)), shrink=0.6)
+    bar.ax.set_yticklabels([str(k) for k in ks])
+    bar.set_label("most probable k* (tokens)")
+    return fig
+
+
+def decision_table(inputs) -> pd.DataFrame:
+    """:func:`bayeslat.decide.decision_table` of every setup at its measured alphas and a few
+    loads."""
+    parts = []
+    for setup, ds in inputs.decisions.items():
+        at = {"alpha": inputs.shown_alphas[setup], "rps": ds["rps"].values[::TABLE_EVERY]}
+        parts.append(decide.decision_table(ds.sel(at).expand_dims("setup")))
+    df = pd.concat(parts, ignore_index=True)
+    for col in ("k_neutral", "k_risk"):
+        df[col] = df[col].map(lambda v: "–" if pd.isna(v) else str(int(v)))
+    return df.rename(columns={
+        "rps": "rps (req/s)", "k_neutral": "k risk-neutral", "k_risk": "k risk-aware",
+        "speedup": "speedup median", "speedup_q05": "speedup 5%",
+        "speedup_q95": "speedup 95%", "p_sd_hurts": "P(SD hurts)",
+        "regret": "expected regret", "p_valid": "P(baseline unsaturated)"})

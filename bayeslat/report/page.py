@@ -1,0 +1,141 @@
+"""The HTML page of a report: sections, embedded figures and tables, one inline stylesheet.
+
+Nothing is fetched when the page opens: figures are PNGs embedded as base64 ``data:`` URIs, the
+stylesheet is inline and the page has no scripts.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import re
+from dataclasses import dataclass, field
+
+import matplotlib
+
+matplotlib.use("Agg")  # reports are written headless
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+DPI = 90
+# Grey-scale readable: lines differ by style and marker, not only by colour.
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+COLORS = ("#000000", "#444444", "#777777", "#222222", "#999999", "#555555")
+
+CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #111;
+       max-width: 1200px; margin: 2em auto; padding: 0 1em; line-height: 1.45; }
+h1 { border-bottom: 2px solid #333; padding-bottom: .2em; }
+h2 { border-bottom: 1px solid #999; margin-top: 2.2em; }
+nav ol { columns: 2; }
+figure { margin: 1.2em 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
+figcaption { font-size: .92em; color: #333; }
+table { border-collapse: collapse; font-size: .85em; margin: .8em 0; }
+th, td { border: 1px solid #bbb; padding: .25em .5em; text-align: right; }
+th { background: #eee; }
+td:first-child, th:first-child { text-align: left; }
+.scroll { max-height: 32em; overflow: auto; }
+.note { background: #f4f4f4; border-left: 4px solid #555; padding: .5em 1em; }
+.warn { background: #fff4e0; border-left: 4px solid #a60; padding: .5em 1em; }
+code { background: #f2f2f2; padding: 0 .2em; }
+"""
+
+
+@dataclass
+class Section:
+    """One section of the report: an anchor id, a title and its HTML body parts."""
+
+    id: str
+    title: str
+    parts: list[str] = field(default_factory=list)
+
+    def add(self, *parts: str) -> Section:
+        self.parts.extend(parts)
+        return self
+
+    def html(self) -> str:
+        body = "\n".join(self.parts)
+        return (f'<section id="{self.id}">\n<h2>{html.escape(self.title)}</h2>\n{body}\n'
+                "</section>")
+
+
+def text(paragraph: str, cls: str | None = None) -> str:
+    """A paragraph of plain text (escaped)."""
+    attr = f' class="{cls}"' if cls else ""
+    return f"<p{attr}>{html.escape(paragraph)}</p>"
+
+
+def items(lines: list[str]) -> str:
+    """A bulleted list of plain-text lines."""
+    return "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
+
+
+def figure(fig, caption: str, alt: str | None = None) -> str:
+    """Render a matplotlib figure as an embedded PNG with a caption, and close it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    alt = html.escape(alt or caption, quote=True)
+    return (f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+IMAGE = re.compile(r'<img alt="(?P<alt>[^"]*)" src="data:image/png;base64,(?P<data>[^"]+)">')
+
+
+def images(page_html: str) -> list[tuple[str, bytes]]:
+    """The embedded figures of a page: ``(alt text, PNG bytes)`` in page order."""
+    return [(html.unescape(m["alt"]), base64.b64decode(m["data"]))
+            for m in IMAGE.finditer(page_html)]
+
+
+def slug(alt: str) -> str:
+    """A file name stem for a figure from its alt text."""
+    return re.sub(r"[^a-z0-9]+", "-", alt.lower()).strip("-") or "figure"
+
+
+def table(df: pd.DataFrame, floatfmt: str = "{:.3g}", scroll: bool = False) -> str:
+    """An HTML table of ``df`` (values escaped), floats formatted with ``floatfmt``."""
+    out = df.copy()
+    for col in out.columns:
+        if pd.api.types.is_float_dtype(out[col]):
+            out[col] = out[col].map(lambda v: "–" if pd.isna(v) else floatfmt.format(v))
+    body = out.to_html(index=False, escape=True, border=0)
+    return f'<div class="scroll">{body}</div>' if scroll else body
+
+
+def render(title: str, meta: list[str], sections: list[Section]) -> str:
+    """The whole page: title, what it was made from, a table of contents, the sections."""
+    toc = "".join(f'<li><a href="#{s.id}">{html.escape(s.title)}</a></li>' for s in sections)
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"<h1>{html.escape(title)}</h1>\n{items(meta)}\n<nav><ol>{toc}</ol></nav>\n"
+            + "\n".join(s.html() for s in sections) + "\n</body>\n</html>\n")
+
+
+def subplots(n: int, ncols: int, width: float = 3.6, height: float = 2.8, **kwargs):
+    """A grid of ``n`` panels in ``ncols`` columns; unused panels are hidden."""
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
+                             squeeze=False, **kwargs)
+    flat = axes.ravel()
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def two_lines(label: str) -> str:
+    """A long setup label broken before its drafter (``group\nmethod:drafter``)."""
+    head, _, tail = label.rpartition(" ")
+    return f"{head}\n{tail}" if head else label
+
+
+def style(i: int) -> dict:
+    """Line style, marker and grey level of the ``i``-th series."""
+    return {"linestyle": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)],
+            "color": COLORS[i % len(COLORS)]}

@@ -1,0 +1,135 @@
+"""Section: speedup against load with bands per k, the RPS* distribution, P(SD hurts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib import pyplot as plt
+from matplotlib import transforms
+
+from bayeslat import decide
+from bayeslat.report import page
+
+
+def section(inputs) -> page.Section:
+    out = page.Section("speedup", "Speedup against load, break-even RPS* and P(SD hurts)")
+    out.add(page.text(
+        "Speedup = latency without SD / latency with SD, at the measured acceptance rates. "
+        "Bands: 50% (darker) and 90% posterior intervals per draft length k. The boxes at the "
+        "bottom of each panel are the posterior of the break-even load RPS* for each k (box: "
+        "50%, whiskers: 90%, tick: median), drawn only when the break-even exists in at "
+        "least 5% of draws; P in the legend is the probability that it exists. The lower "
+        "panels give P(SD hurts) = P(speedup < 1) at each load. Hatched: the baseline "
+        "saturates in more than half the draws, so speedup is undefined there."))
+    out.add(inputs.skipped_note())
+    if not inputs.decisions:
+        return out
+    for setup, ds in inputs.decisions.items():
+        out.add(page.figure(setup_figure(setup, ds, inputs.shown_alphas[setup]),
+                            f"Speedup and P(SD hurts) against load, {setup}.",
+                            f"speedup {setup}"))
+    out.add("<h3>Break-even per draft length (measured acceptance rates)</h3>",
+            page.table(break_even(inputs), scroll=True))
+    return out
+
+
+def setup_figure(setup: str, ds, alphas: list[float]):
+    n = len(alphas)
+    fig, axes = plt.subplots(2, n, figsize=(4.3 * n, 5.6), squeeze=False, sharex=True,
+                             gridspec_kw={"height_ratios": [2.2, 1]})
+    for j, a in enumerate(alphas):
+        _speedup_panel(axes[0, j], ds.sel(alpha=a))
+        _hurts_panel(axes[1, j], ds.sel(alpha=a))
+        axes[0, j].set_title(f"alpha = {a:g}", fontsize=9)
+    axes[0, 0].legend(fontsize=7, loc="upper right")
+    fig.suptitle(setup, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _sd_ks(ds):
+    return [int(k) for k in ds["k"].values if k > 0]
+
+
+def _speedup_panel(ax, ds):
+    rps = ds["rps"].values
+    spd = ds["speedup"]
+    for i, k in enumerate(_sd_ks(ds)):
+        st, one = page.style(i), spd.sel(k=k)
+        ax.fill_between(rps, one.sel(stat="q05"), one.sel(stat="q95"), color=st["color"],
+                        alpha=0.10, lw=0)
+        ax.fill_between(rps, one.sel(stat="q25"), one.sel(stat="q75"), color=st["color"],
+                        alpha=0.18, lw=0)
+        p = float(ds["p_break_even"].sel(k=k))
+        ax.plot(rps, one.sel(stat="q50"), color=st["color"], ls=st["linestyle"],
+                marker=st["marker"], markevery=5, ms=4, mfc="white", lw=1.2,
+                label=f"k={k} (P(RPS* exists)={p:.2f})")
+    ax.axhline(1.0, color="k", lw=0.8)
+    _saturated(ax, ds)
+    _break_even_boxes(ax, ds)
+    ax.set_ylim(*_speedup_range(spd.sel(k=_sd_ks(ds))))
+    ax.set_ylabel("speedup (×)", fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+def _speedup_range(spd) -> tuple[float, float]:
+    """Speedup axis limits: the bands, but at most three times the zero-load speedup (next to
+    the baseline's saturation the speedup grows without bound)."""
+    low = float(spd.sel(stat="q05").min())
+    high = float(spd.sel(stat="q95").max())
+    zero_load = float(spd.sel(stat="q95").isel(rps=0).max())
+    high = min(high, 3.0 * zero_load) if np.isfinite(zero_load) else high
+    low = low if np.isfinite(low) else 0.0
+    high = high if np.isfinite(high) else 2.0
+    return max(0.0, min(low, 0.9) * 0.95), max(high, 1.1) * 1.05
+
+
+def _break_even_boxes(ax, ds):
+    """The RPS* posterior of each k as a box along the bottom of the panel."""
+    trans = transforms.blended_transform_factory(ax.transData, ax.transAxes)
+    for i, k in enumerate(_sd_ks(ds)):
+        if float(ds["p_break_even"].sel(k=k)) < 0.05:
+            continue
+        q = ds["rps_star"].sel(k=k)
+        q05, q25, q50, q75, q95 = (float(q.sel(stat=s)) for s in
+                                   ("q05", "q25", "q50", "q75", "q95"))
+        y, h = 0.04 + 0.06 * i, 0.04
+        st = page.style(i)
+        ax.plot([q05, q95], [y + h / 2] * 2, color=st["color"], lw=0.9, transform=trans)
+        ax.add_patch(plt.Rectangle((q25, y), q75 - q25, h, transform=trans, facecolor="white",
+                                   edgecolor=st["color"], lw=1))
+        ax.plot([q50], [y + h / 2], marker=st["marker"], color=st["color"], ms=4,
+                transform=trans)
+
+
+def _saturated(ax, ds):
+    bad = ds["p_valid"].values < 0.5
+    if bad.any():
+        rps = ds["rps"].values
+        ax.axvspan(rps[bad].min(), rps.max(), facecolor="none", edgecolor="0.6", hatch="\\\\",
+                   lw=0)
+
+
+def _hurts_panel(ax, ds):
+    rps = ds["rps"].values
+    for i, k in enumerate(_sd_ks(ds)):
+        st = page.style(i)
+        ax.plot(rps, ds["p_sd_hurts"].sel(k=k), color=st["color"], ls=st["linestyle"],
+                marker=st["marker"], markevery=5, ms=4, mfc="white", lw=1.1)
+    _saturated(ax, ds)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("load rps (req/s)", fontsize=8)
+    ax.set_ylabel("P(SD hurts)", fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+def break_even(inputs) -> pd.DataFrame:
+    """:func:`bayeslat.decide.break_even_table` of every setup at its measured alphas."""
+    parts = [decide.break_even_table(ds.sel(alpha=inputs.shown_alphas[setup]).expand_dims("setup"))
+             for setup, ds in inputs.decisions.items()]
+    df = pd.concat(parts, ignore_index=True)
+    return df.rename(columns={
+        "c1r": "C1R", "c2r": "C2R", "p_c2r_above_1": "P(C2R > 1)",
+        "rps_star": "RPS* median (req/s)", "rps_star_q05": "RPS* 5%",
+        "rps_star_q95": "RPS* 95%", "p_break_even": "P(RPS* exists)",
+        "rps_alert": "alert line (req/s)"})

@@ -1,0 +1,237 @@
+r"""The scaling design and the priors of the Bayesian models, as configuration.
+
+Each of the six per-stage coefficients of a group is a non-negative linear function of the group's
+features times a log-normal group deviation (DESIGN.md §3):
+
+.. math:: c_{qj} = (x_{qj} \cdot \beta_q)\, e^{\tau_q z_{qj}}, \qquad \beta_q \ge 0,
+          \quad z_{qj} \sim N(0, 1).
+
+*Which* features each coefficient scales with is configuration (:class:`ScalingConfig`), not code.
+Features are standardised by dividing by their mean over the fitted units (groups for the verifier
+coefficients, drafters for the drafter ones): they become O(1) and stay non-negative, so every
+``beta`` is "the coefficient's share due to that feature at its typical value", in the
+coefficient's own physical unit (seconds, or seconds per request), and its prior scale is set in
+that unit. A feature that does not vary over the fitted units (one verifier size only, say) cannot
+be told apart from the intercept and is dropped from that fit (:func:`standardise` says which).
+
+This module is shared by the model sampler (:mod:`bayeslat.simulate.generative`) and the PyMC
+models, so it imports neither PyMC nor anything of a later stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bayeslat import theory
+from bayeslat.errors import InputError
+
+COEFS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+VERIFIER_COEFS = ("c1p", "c1v", "c2p", "c2v")
+DRAFTER_COEFS = ("c1d", "c2d")
+INTERCEPT = "intercept"
+
+# Raw features a coefficient can scale with, computed from a table of units (groups or drafters).
+FEATURES = {
+    INTERCEPT: lambda u: np.ones(len(u)),
+    "verifier_params_b": lambda u: u["verifier_params_b"].to_numpy(float),
+    "drafter_params_b": lambda u: u["drafter_params_b"].to_numpy(float),
+    "prefill_tokens": lambda u: u["prefill_tokens"].to_numpy(float),
+    "decode_tokens": lambda u: u["decode_tokens"].to_numpy(float),
+    # time-averaged KV length over a request's decode
+    "kv_tokens": lambda u: (u["prefill_tokens"] + 0.5 * u["decode_tokens"]).to_numpy(float),
+}
+
+# The paper's findings (DESIGN.md §3); every coefficient also has an intercept.
+DEFAULT_DESIGN: dict[str, tuple[str, ...]] = {
+    "c1p": ("verifier_params_b",),
+    "c1v": ("verifier_params_b",),
+    "c1d": ("drafter_params_b",),
+    "c2p": ("verifier_params_b", "prefill_tokens"),
+    "c2v": ("verifier_params_b", "kv_tokens"),
+    "c2d": ("drafter_params_b",),
+}
+
+DEFAULT_PRIORS: dict[str, Any] = {
+    # HalfNormal scale of every beta of a coefficient, in the coefficient's unit: s (c1*) or
+    # s per request in the system (c2*). Wide: ten times a typical 8B-class value.
+    "beta_scale": {"c1p": 0.5, "c1v": 0.1, "c1d": 0.02, "c2p": 0.1, "c2v": 0.005,
+                   "c2d": 0.002},
+    # HalfNormal scale of the group deviation on the log scale (0.5 = typical factor 1.6).
+    "tau_scale": 0.5,
+    # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
+    "sigma_scale": 0.1,
+    # Gamma(alpha, beta) on the Student-t degrees of freedom.
+    "nu_gamma": [2.0, 0.1],
+    # Beta(a, b) on the MoE share of the verify coefficients that grows with expert coverage.
+    "moe_share_beta": [2.0, 2.0],
+    # dense variant: log C1, log C2 per configuration ~ Normal(mu, tau) with
+    # mu ~ Normal(log median, log_sd) and tau ~ HalfNormal(tau_scale).
+    "dense_c1_median": 1.0,
+    "dense_c2_median": 0.05,
+    "dense_log_sd": 2.0,
+}
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """Which features each coefficient scales with, the priors, and the parameterisation.
+
+    Parameters
+    ----------
+    design
+        Coefficient name -> the features (keys of :data:`FEATURES`) it scales with, besides the
+        intercept, which every coefficient has.
+    priors
+        Prior settings, keys as in :data:`DEFAULT_PRIORS`.
+    noncentered
+        Coefficients whose group deviations are sampled non-centred (through standard-normal
+        ``z``); the others sample the units' log coefficients directly (centred), which mixes
+        well when every unit has hundreds of points. The defaults, the prefill costs, are the
+        ones the data pin down least (a small share of the latency).
+    """
+
+    design: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_DESIGN))
+    priors: Mapping[str, Any] = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_PRIORS)))
+    noncentered: tuple[str, ...] = ("c1p", "c2p")
+
+    def __post_init__(self):
+        for coef, feats in self.design.items():
+            if coef not in COEFS:
+                raise InputError(f"unknown coefficient {coef!r}; use one of {', '.join(COEFS)}",
+                                 field=f"design.{coef}")
+            unknown = [f for f in feats if f not in FEATURES]
+            if unknown:
+                raise InputError(f"unknown feature(s) {', '.join(unknown)}; use any of "
+                                 f"{', '.join(FEATURES)}", field=f"design.{coef}")
+        unknown = [c for c in self.noncentered if c not in COEFS]
+        if unknown:
+            raise InputError(f"unknown coefficient(s) {', '.join(unknown)}", field="noncentered")
+        missing = [c for c in COEFS if c not in self.design]
+        if missing:
+            raise InputError(f"no design for {', '.join(missing)}", field="design")
+        unknown = [k for k in self.priors if k not in DEFAULT_PRIORS]
+        if unknown:
+            raise InputError(f"unknown prior(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(DEFAULT_PRIORS)}", field="priors")
+
+    def features(self, coef: str) -> tuple[str, ...]:
+        """The features of ``coef``, intercept first."""
+        return (INTERCEPT, *(f for f in self.design[coef] if f != INTERCEPT))
+
+    def prior(self, name: str):
+        """One prior setting (the default where the config does not set it)."""
+        return self.priors.get(name, DEFAULT_PRIORS[name])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"design": {c: list(self.design[c]) for c in COEFS},
+                "priors": {k: self.prior(k) for k in DEFAULT_PRIORS},
+                "noncentered": list(self.noncentered)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> ScalingConfig:
+        """Defaults overridden by ``data`` (keys ``design``, ``priors``, ``noncentered``)."""
+        unknown = [k for k in data if k not in ("design", "priors", "noncentered")]
+        if unknown:
+            raise InputError(f"unknown key(s) {', '.join(unknown)}; use design, priors, "
+                             "noncentered", source, unknown[0])
+        design = dict(DEFAULT_DESIGN) | {c: tuple(f) for c, f in data.get("design", {}).items()}
+        priors = json.loads(json.dumps(DEFAULT_PRIORS))
+        for key, value in data.get("priors", {}).items():
+            priors[key] = (priors.get(key, {}) | value) if isinstance(value, dict) else value
+        try:
+            return cls(design=design, priors=priors,
+                       noncentered=tuple(data.get("noncentered", cls.noncentered)))
+        except InputError as exc:
+            raise InputError(exc.detail, source, exc.field) from None
+
+    @classmethod
+    def from_json(cls, text: str) -> ScalingConfig:
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ScalingConfig:
+        """Read overrides from a TOML (``.toml``) or JSON file."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        except FileNotFoundError:
+            raise InputError("no such file; give a TOML or JSON model config", path) from None
+        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"cannot parse ({exc}); give TOML (.toml) or JSON", path) from None
+        return cls.from_dict(data, source=str(path))
+
+
+def raw_features(units: pd.DataFrame, names: tuple[str, ...]) -> np.ndarray:
+    """The raw (unscaled) features ``names`` of each unit, shape ``(units, features)``."""
+    return np.column_stack([FEATURES[n](units) for n in names]).astype(float)
+
+
+def standardise(units: pd.DataFrame, names: tuple[str, ...],
+                scales: Mapping[str, float] | None = None):
+    """Features divided by their scale (the mean over ``units`` unless ``scales`` is given).
+
+    Parameters
+    ----------
+    units
+        One row per unit (group or drafter) with the columns the features need.
+    names
+        Features, intercept first.
+    scales
+        Feature -> scale from a fitted model, to put new units on the fit's scale. Without it the
+        scales are the means over ``units``, and features that do not vary (or are all zero)
+        are dropped.
+
+    Returns
+    -------
+    (X, scales)
+        ``X`` of shape ``(units, kept features)`` and the kept features' scales, in order.
+    """
+    raw = raw_features(units, names)
+    if scales is None:
+        mean = raw.mean(axis=0)
+        spread = raw.max(axis=0) - raw.min(axis=0) if len(raw) else np.zeros(len(names))
+        keep = [i for i, n in enumerate(names)
+                if n == INTERCEPT or (mean[i] > 0 and spread[i] > 1e-9 * mean[i])]
+        scales = {names[i]: float(mean[i]) for i in keep}
+    cols = [names.index(n) for n in scales]
+    return raw[:, cols] / np.array(list(scales.values())), dict(scales)
+
+
+def population_coefficient(units: pd.DataFrame, betas_raw: Mapping[str, float]) -> np.ndarray:
+    """``x · beta`` for raw (unscaled) betas: the coefficient of each unit before deviations."""
+    names = tuple(betas_raw)
+    return raw_features(units, names) @ np.array([betas_raw[n] for n in names])
+
+
+def moe_split(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k, decode_tokens, share1, share2):
+    r"""Split a configuration's ``C1``, ``C2`` into uncovered and coverage-dependent parts.
+
+    The verify pass reads the routed experts' weights, so a share ``share1`` of ``c1v`` and
+    ``share2`` of ``c2v`` grows with expert coverage :math:`\varphi`; the rest does not:
+
+    .. math:: C_1 = C_{1u} + \varphi\,C_{1s}, \quad C_{1s} = \tfrac{g}{E}\,s_1 c_{1v},
+              \qquad C_2 = C_{2u} + \varphi\,C_{2s}, \quad C_{2s} = \tfrac{g}{E}\,s_2 c_{2v}.
+
+    Works on NumPy arrays and PyTensor tensors alike (through :mod:`bayeslat.theory`).
+
+    Returns
+    -------
+    (C1u, C1s, C2u, C2s)
+    """
+    c1, c2 = theory.effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k, decode_tokens)
+    c1s, c2s = theory.effective_coefficients(0.0, share1 * c1v, 0.0, 0.0, share2 * c2v, 0.0,
+                                             alpha, k, decode_tokens)
+    return c1 - c1s, c1s, c2 - c2s, c2s

@@ -1,0 +1,177 @@
+"""Structure of the model variants with a mocked sampler: groups, dims, attrs, save and load,
+prediction on new data. Real NUTS fits are in test_fit_slow.py."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+from pymc.testing import mock_sample
+
+import bayeslat
+from bayeslat import fit
+from bayeslat.errors import FitError
+from bayeslat.models import VARIANTS, get
+from bayeslat.models.base import BARRIER_WIDTH, log_headroom
+from bayeslat.models.start import MAX_LOAD
+from bayeslat.simulate.generative import SamplerSpec, sample_sweep
+
+SPEC = SamplerSpec(verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
+                   prefill_tokens=(128.0, 512.0), decode_tokens=(64.0,), alphas=(0.6, 0.9),
+                   ks=(2, 4), n_rates=4)
+MOE_SPEC = SamplerSpec(prefill_tokens=(128.0, 512.0), decode_tokens=(64.0,), alphas=(0.6, 0.9),
+                       ks=(2, 4), n_rates=4, moe=(8, 128, 0.6, 0.3))
+
+
+@pytest.fixture(scope="module")
+def mocked():
+    original = pm.sample
+    pm.sample = mock_sample
+    yield
+    pm.sample = original
+
+
+def table(variant):
+    df, _ = sample_sweep(MOE_SPEC if variant == "moe" else SPEC, seed=5)
+    df.loc[3, ["saturated", "saturation_reason"]] = [True, "throughput strategy"]
+    return df
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def fitted(request, mocked, tmp_path_factory):
+    model = get(request.param)(table(request.param))
+    fit.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
+    path = model.save(tmp_path_factory.mktemp("fits") / f"{request.param}.nc")
+    return model, path
+
+
+def test_groups_dims_and_excluded_rows(fitted):
+    model, _ = fitted
+    idata = model.idata
+    for group in ("posterior", "log_likelihood", "observed_data", "constant_data"):
+        assert group in idata.groups()
+    n = len(model.table)
+    assert n == len(table(model.variant)) - 1
+    assert idata.log_likelihood["log_latency"].dims == ("chain", "draw", "obs")
+    assert idata.log_likelihood.sizes["obs"] == n
+    assert idata.constant_data["rps"].dims == ("obs",)
+    assert len(model.excluded) == 1 and "throughput strategy" in model.excluded[0]
+    if model.variant == "dense":
+        assert idata.posterior["log_C1"].dims == ("chain", "draw", "config")
+    else:
+        assert idata.posterior["c1v"].dims == ("chain", "draw", "group")
+        assert idata.posterior["c1d"].dims == ("chain", "draw", "draft")
+        assert idata.posterior["beta_c2v"].dims == ("chain", "draw", "c2v_feature")
+        groups = model.rows["group"].nunique()
+        assert idata.posterior.sizes["group"] == groups
+        features = list(idata.posterior["c2v_feature"].values)
+        assert features == (["intercept"] if model.variant == "speculative"
+                            else ["intercept", "verifier_params_b", "kv_tokens"])
+
+
+def test_attrs_carry_variant_config_hash_and_sampler(fitted):
+    model, path = fitted
+    loaded = bayeslat.load(path)
+    attrs = loaded.idata.posterior.attrs
+    assert attrs["variant"] == model.variant
+    assert json.loads(attrs["config"]) == model.config.to_dict()
+    assert "beta_scale" in json.loads(attrs["priors"])
+    assert attrs["data_hash"] == model.data_hash and len(attrs["data_hash"]) == 64
+    assert json.loads(attrs["sampler"])["draws"] == 12
+    assert attrs["bayeslat_version"] == bayeslat.__version__
+
+
+def test_save_load_round_trip_predicts_the_same(fitted):
+    model, path = fitted
+    loaded = bayeslat.load(path)
+    assert type(loaded) is type(model) and loaded.excluded == model.excluded
+    np.testing.assert_array_equal(loaded.idata.posterior["sigma"], model.idata.posterior["sigma"])
+    new = model.table.iloc[[0, 7, 20]].copy()
+    new["rps"] = [0.0, 0.5, 1.0]
+    a, b = model.predict(new, seed=1), loaded.predict(new, seed=1)
+    assert a["latency"].dims == ("chain", "draw", "obs") and a.sizes["obs"] == 3
+    np.testing.assert_array_equal(a["latency"], b["latency"])
+    assert list(a["rps"].values) == [0.0, 0.5, 1.0]
+
+
+def test_save_refuses_to_overwrite(fitted):
+    model, path = fitted
+    with pytest.raises(Exception, match="overwrite"):
+        model.save(path)
+    model.save(path, overwrite=True)
+
+
+@pytest.mark.parametrize("variant", ["hierarchical", "speculative"])
+def test_predicts_configurations_never_measured(mocked, variant):
+    model = get(variant)(table(variant))
+    fit.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
+    new = model.table.iloc[[10]].copy()
+    new = pd.concat([new.assign(verifier="llama-13b", verifier_params_b=13.0,
+                                prefill_tokens=2048.0, decode_tokens=300.0, alpha=0.75, k=3,
+                                drafter="eagle3-13b", drafter_params_b=0.5)] * 2)
+    new["rps"] = [0.0, 0.2]
+    pred = model.predict(new, seed=0)
+    assert (pred["C1"] > 0).all() and np.isfinite(pred["C1"]).all()
+    # the same new group at two loads shares its drawn coefficients
+    np.testing.assert_array_equal(pred["C2"].isel(obs=0), pred["C2"].isel(obs=1))
+
+
+def test_dense_refuses_new_configurations(mocked):
+    model = get("dense")(table("dense"))
+    fit.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
+    new = model.table[model.table["k"] > 0].iloc[[0]].assign(alpha=0.77)
+    with pytest.raises(FitError, match="dense model predicts only"):
+        model.predict(new)
+
+
+def test_start_is_feasible_and_finite():
+    model = get("hierarchical")(table("hierarchical"))
+    start = model.unit_start()
+    rows = model.rows
+    g = model.units["group"].index.get_indexer(rows["group"])
+    d = np.maximum(model.units["draft"].index.get_indexer(rows["draft"]), 0)
+    from bayeslat import theory
+
+    _, c2 = theory.effective_coefficients(0, 0, 0, start["c2p"][g], start["c2v"][g],
+                                          start["c2d"][d], rows["alpha0"], rows["k"],
+                                          rows["decode_tokens"])
+    assert (rows["rps"] * c2).max() <= MAX_LOAD + 1e-9
+    assert np.isfinite(model.check_start(model.build()))
+
+
+def test_barrier_is_exact_when_unsaturated_and_finite_far_past():
+    import pytensor
+    import pytensor.tensor as pt
+
+    x = pt.dvector("x")
+    f = pytensor.function([x], log_headroom(x))
+    head = np.array([0.5, 0.1, 20 * BARRIER_WIDTH, -1.0, -1e6])
+    out = f(head)
+    np.testing.assert_allclose(out[:3], np.log(head[:3]), rtol=1e-6)
+    assert np.all(np.isfinite(out)) and out[4] < out[3] < out[2]
+
+
+def test_unknown_variant_and_missing_file():
+    from bayeslat.errors import InputError
+
+    with pytest.raises(InputError, match="unknown model"):
+        get("gaussian")
+    with pytest.raises(FitError, match="no such file"):
+        bayeslat.load("nowhere.nc")
+
+
+def test_load_rejects_a_netcdf_that_is_not_a_fit(tmp_path):
+    import arviz as az
+
+    path = tmp_path / "other.nc"
+    az.from_dict(posterior={"x": np.zeros((1, 3))}).to_netcdf(str(path), engine="h5netcdf")
+    with pytest.raises(FitError, match="not a bayeslat fit"):
+        bayeslat.load(path)
+
+
+def test_baseline_only_data_needs_dense():
+    df = table("hierarchical")
+    with pytest.raises(FitError, match="--model dense"):
+        get("hierarchical")(df[df["k"] == 0])
+

@@ -1,0 +1,227 @@
+"""``bayeslat report``: the page's pieces (fast), the shipped example's report in Chromium (slow).
+
+The browser check runs Debian's ``chromium`` headless, with networking and first-run features off
+and a fresh profile. The report has no scripts; the test injects one into a copy of it that, on
+the page's ``load`` event, records every image's decoded size, every section, and every error
+(uncaught exceptions, failed resources, ``console.error``) into a ``data-checks`` attribute of
+``<body>``; ``--dump-dom`` prints the DOM after the load, and the test parses it. Chromium's own
+log of console messages (``--enable-logging=stderr``) is checked as well. This needs no
+DevTools client (no websocket library) and no network. A second run saves a screenshot under the
+test's temporary folder, the CI artifact.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayeslat import report
+from bayeslat.report import data as data_section
+from bayeslat.report import inputs, page
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "data" / "example" / "sweep.parquet"
+# The fit of the shipped example that `bayeslat fit` writes by default (reports/example.html).
+DEFAULT_FIT = ROOT / "models" / "sweep-hierarchical.nc"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+
+CHECKS = """<script>
+(function () {
+  var errors = [];
+  window.addEventListener('error', function (e) {
+    errors.push('error: ' + (e.message || (e.target && (e.target.src || e.target.href))
+                             || 'unknown'));
+  }, true);
+  var original = console.error;
+  console.error = function () {
+    errors.push('console.error: ' + Array.prototype.join.call(arguments, ' '));
+    original.apply(console, arguments);
+  };
+  window.addEventListener('load', function () {
+    var images = Array.prototype.map.call(document.images, function (img) {
+      return [img.complete, img.naturalWidth, img.naturalHeight, img.alt]; });
+    var sections = Array.prototype.map.call(document.querySelectorAll('section'), function (s) {
+      var h = s.querySelector('h2'); return [s.id, h ? h.textContent : '']; });
+    document.body.setAttribute('data-checks', JSON.stringify(
+      {images: images, sections: sections, errors: errors}));
+  });
+})();
+</script>"""
+
+
+# -- fast: the pieces ----------------------------------------------------------------------------
+def test_figure_is_an_embedded_png_with_its_caption():
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1))
+    ax.plot([0, 1], [0, 1])
+    out = page.figure(fig, "a <caption>")
+    data = re.search(r'src="data:image/png;base64,([^"]+)"', out).group(1)
+    png = base64.b64decode(data)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert width > 50 and height > 20
+    assert "a &lt;caption&gt;" in out and "<caption>" not in out
+
+
+def test_figures_come_back_out_of_a_page_as_named_pngs(tmp_path):
+    from matplotlib import pyplot as plt
+
+    parts = []
+    for alt in ("universal collapse", "speedup llama-8b H100 p256 eagle3:x"):
+        fig, ax = plt.subplots(figsize=(2, 1))
+        ax.plot([0, 1], [1, 0])
+        parts.append(page.figure(fig, "caption", alt))
+    path = tmp_path / "r.html"
+    path.write_text(page.render("t", [], [page.Section("data", "Data").add(*parts)]))
+    saved = report.save_figures(path, tmp_path / "figures")
+    assert [p.name for p in saved] == ["universal-collapse.png",
+                                       "speedup-llama-8b-h100-p256-eagle3-x.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in saved)
+    with pytest.raises(Exception, match="--overwrite"):
+        report.save_figures(path, tmp_path / "figures")
+
+
+def test_render_has_every_section_and_fetches_nothing():
+    sections = [page.Section(sid, f"Title {sid}").add(page.text("x < y")) for sid in
+                report.SECTIONS]
+    out = page.render("t", ["made by a test"], sections)
+    for sid in report.SECTIONS:
+        assert f'<section id="{sid}">' in out and f'href="#{sid}"' in out
+    assert "x &lt; y" in out
+    assert not re.search(r'(src|href)="(https?:)?//', out)
+    assert "<script" not in out and "<link" not in out
+
+
+def test_table_formats_floats_and_escapes():
+    out = page.table(pd.DataFrame({"name": ["<b>"], "value": [1.23456], "gap": [np.nan]}))
+    assert "&lt;b&gt;" in out and "1.23" in out and "1.2345" not in out and "–" in out
+
+
+def test_excluded_points_are_parsed_into_configuration_load_reason():
+    lines = ["llama-8b H100 p256 g128 k0 rps=37.69 (throughput strategy (measures the ceiling))",
+             "odd line"]
+    df = data_section.excluded_table(lines)
+    assert df.loc[0, "configuration"] == "llama-8b H100 p256 g128 k0"
+    assert df.loc[0, "rps (req/s)"] == pytest.approx(37.69)
+    assert df.loc[0, "reason"] == "throughput strategy (measures the ceiling)"
+    assert df.loc[1, "configuration"] == "odd line" and np.isnan(df.loc[1, "rps (req/s)"])
+
+
+def test_pick_keeps_lowest_middle_highest_snapped_to_the_grid():
+    grid = np.round(np.linspace(0.4, 0.95, 12), 3)
+    assert inputs.pick([0.6, 0.9, 0.75], grid) == [pytest.approx(0.6), pytest.approx(0.75, 0.03),
+                                                  pytest.approx(0.9, 0.03)]
+    assert len(inputs.pick([0.5, 0.6, 0.7, 0.8, 0.9], grid)) == inputs.MAX_ALPHAS
+
+
+def test_thinning_keeps_the_same_random_draws_in_every_chain():
+    import arviz as az
+
+    class Fitted:
+        idata = az.from_dict(posterior={"sigma": np.arange(4 * 50.0).reshape(4, 50)})
+
+    thin = inputs.thinned(Fitted(), 40, seed=1)
+    post = thin.idata.posterior
+    assert post.sizes == {"chain": 4, "draw": 10}
+    kept = post["draw"].values
+    assert len(set(kept)) == 10 and not np.array_equal(kept, np.arange(10))
+    np.testing.assert_array_equal(post["sigma"].values[1], 50 + kept)
+    whole = Fitted()
+    assert inputs.thinned(whole, 400, seed=1) is whole  # nothing to thin
+
+
+def test_report_refuses_to_overwrite_before_doing_any_work(tmp_path):
+    out = tmp_path / "r.html"
+    out.write_text("keep me")
+    from bayeslat.errors import InputError
+
+    with pytest.raises(InputError, match="--overwrite"):
+        report.write([tmp_path / "missing.nc"], out)
+    assert out.read_text() == "keep me"
+
+
+def test_report_of_a_missing_model_is_one_error_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from bayeslat.cli import app
+
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "nope.nc"), "-o",
+                                      str(tmp_path / "r.html")])
+    assert result.exit_code == 2
+    assert "nope.nc" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "r.html").exists()
+
+
+# -- slow: the shipped example in a browser ------------------------------------------------------
+def _example_fit(tmp_path_factory) -> Path:
+    """The default fit of the shipped example if it is there and current, else a short fit."""
+    from bayeslat import fit
+    from bayeslat.data import schema
+    from bayeslat.models.base import table_hash
+
+    current = table_hash(schema.read_table(EXAMPLE))
+    if DEFAULT_FIT.exists() and fit.load(DEFAULT_FIT).data_hash == current:
+        return DEFAULT_FIT
+    out = tmp_path_factory.mktemp("fit") / "example.nc"
+    fit.run(EXAMPLE, output=out, draws=100, tune=200, chains=2, progressbar=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def example_report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "example.html"
+    return report.write([_example_fit(tmp_path_factory)], out)
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.fail("Debian's chromium is needed for this test: apt-get install -y chromium")
+    return found
+
+
+def _run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    return subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.slow
+def test_example_report_opens_in_chromium(example_report, tmp_path):
+    text = example_report.read_text(encoding="utf-8")
+    assert not re.search(r'(src|href)="(https?:)?//', text), "the report fetches something"
+    checked = tmp_path / "checked.html"
+    checked.write_text(text.replace("<head>", "<head>\n" + CHECKS, 1), encoding="utf-8")
+    proc = _run_chromium(tmp_path, "--enable-logging=stderr", "--v=0",
+                         "--virtual-time-budget=20000", "--dump-dom", checked.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = re.search(r'data-checks="([^"]*)"', proc.stdout)
+    assert found, "the page's load event never ran"
+    checks = json.loads(html.unescape(found.group(1)))
+
+    assert [sid for sid, _ in checks["sections"]] == list(report.SECTIONS)
+    assert all(title.strip() for _, title in checks["sections"])
+    # At least one figure in every section but the data table and the limits.
+    assert len(checks["images"]) >= len(report.SECTIONS) - 2
+    for complete, width, height, alt in checks["images"]:
+        assert complete and width > 0 and height > 0, f"image {alt!r} did not decode"
+    assert checks["errors"] == []
+    assert [line for line in proc.stderr.splitlines() if ":CONSOLE" in line] == []
+
+    shot = tmp_path / "example-report.png"
+    proc = _run_chromium(tmp_path, "--window-size=1280,6000", f"--screenshot={shot}",
+                         example_report.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
