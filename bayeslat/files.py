@@ -37,6 +37,10 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = True) -> Iterator[P
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp makes the file private (0600); give it the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)

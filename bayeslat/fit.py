@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,27 +80,32 @@ def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed:
 
     if sampler not in SAMPLERS:
         raise FitError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    backend = _optional(sampler, sampler) if sampler != "pymc" else None
+    clock = time.perf_counter()
     pm_model = model.build()
     model.check_start(pm_model)
     cores = cores or min(chains, os.cpu_count() or 1)
+    timing = {}
     if sampler == "nutpie":
-        nutpie = _optional("nutpie", "nutpie")
-        compiled = nutpie.compile_pymc_model(pm_model, initial_points=model.initial_values(),
-                                             jitter_rvs=_jitter_vars(pm_model))
-        idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores,
+        # freeze_model: data become constants, so what depends only on them is folded away
+        compiled = backend.compile_pymc_model(pm_model, initial_points=model.initial_values(),
+                                             jitter_rvs=_jitter_vars(pm_model),
+                                             freeze_model=True)
+        timing["compile_s"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        idata = backend.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores,
                               seed=seed, progress_bar=progressbar, save_warmup=False)
     else:
-        kwargs = {}
-        if sampler == "numpyro":
-            _optional("numpyro", "numpyro")
-            kwargs["nuts_sampler"] = "numpyro"
+        kwargs = {"nuts_sampler": "numpyro"} if sampler == "numpyro" else {}
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed,
                           init="adapt_diag", initvals=model.initial_values(),
                           progressbar=progressbar, model=pm_model,
                           compute_convergence_checks=False, **kwargs)
+    timing["sample_s"] = time.perf_counter() - clock
     _complete(idata, pm_model)
     idata.posterior.attrs["sampler"] = json.dumps(
-        {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains, "seed": seed})
+        {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains, "seed": seed}
+        | {k: round(v, 2) for k, v in timing.items()})
     model.idata = idata
     return idata
 
@@ -222,8 +228,6 @@ def run(data: str | os.PathLike | None = None, variant: str = DEFAULT, *,
     status
         Optional callable taking a one-line message about the current phase.
     """
-    import time
-
     say = status or (lambda message: None)
     data = Path(data) if data is not None else EXAMPLE
     if not data.exists() and data == EXAMPLE:

@@ -387,3 +387,14 @@ def test_report_numbers_survive_the_parquet_round_trip(tmp_path):
         b["metrics"]["request_latency"]["successful"]["mean"] for b in doc["benchmarks"]]
     assert list(back["n_successful"]) == [
         b["metrics"]["request_totals"]["successful"] for b in doc["benchmarks"]]
+
+
+def test_folder_with_one_run_in_three_formats_reads_it_once(tmp_path):
+    for suffix in ("json", "yaml", "csv"):
+        shutil.copy(FIXTURES / "mock-gl08" / f"sweep.{suffix}", tmp_path / f"sweep.{suffix}")
+    shutil.copy(FIXTURES / "mock-gl08" / "bayeslat.toml", tmp_path / "bayeslat.toml")
+    skipped = []
+    table = ingest([tmp_path], skipped=skipped)
+    assert sorted(p.name for p in skipped) == ["sweep.csv", "sweep.yaml"]
+    assert table["source"].str.endswith(("sweep.json#0", "sweep.json#1")).all()
+    assert len(table) == len(ingest([FIXTURES / "mock-gl08" / "sweep.json"]))

@@ -66,8 +66,10 @@ def test_groups_dims_and_excluded_rows(fitted):
         groups = model.rows["group"].nunique()
         assert idata.posterior.sizes["group"] == groups
         features = list(idata.posterior["c2v_feature"].values)
-        assert features == (["intercept"] if model.variant == "speculative"
-                            else ["intercept", "verifier_params_b", "kv_tokens"])
+        expected = {"speculative": ["intercept"],  # no scaling laws
+                    "moe": ["intercept", "kv_tokens"],  # one verifier: its size is dropped
+                    "hierarchical": ["intercept", "verifier_params_b", "kv_tokens"]}
+        assert features == expected[model.variant]
 
 
 def test_attrs_carry_variant_config_hash_and_sampler(fitted):

@@ -126,6 +126,21 @@ def test_pick_keeps_lowest_middle_highest_snapped_to_the_grid():
     assert len(inputs.pick([0.5, 0.6, 0.7, 0.8, 0.9], grid)) == inputs.MAX_ALPHAS
 
 
+def test_curves_cover_every_configuration_past_its_highest_load():
+    from bayeslat.data import schema
+
+    table = schema.read_table(EXAMPLE)
+    table = table[~table["saturated"]]
+    grid = inputs.curve_rows(table)
+    labels = schema.config_labels(grid)
+    assert set(labels) == set(schema.config_labels(table))
+    assert (labels.value_counts() == inputs.GRID_POINTS).all()
+    top = grid.groupby(labels)["rps"].max()
+    measured = table.groupby(schema.config_labels(table))["rps"].max()
+    assert (top.loc[measured.index] > measured).all()
+    assert (grid.groupby(labels)["rps"].min() == 0).all()
+
+
 def test_thinning_keeps_the_same_random_draws_in_every_chain():
     import arviz as az
 

@@ -86,3 +86,14 @@ def test_unreadable_file(tmp_path):
     path.write_text("not parquet")
     with pytest.raises(SchemaError, match="not a readable Parquet"):
         schema.read_table(path)
+
+
+def test_written_file_has_ordinary_permissions(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        path = schema.write_table(make_rows(), tmp_path / "t.parquet")
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644

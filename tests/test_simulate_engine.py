@@ -57,6 +57,22 @@ def test_low_load_latency_matches_service_time_with_random_acceptance():
     assert rec.latency.mean() == pytest.approx(service, rel=0.01)
 
 
+@pytest.mark.parametrize("prompt", [16, 4096])
+def test_a_pass_costs_its_gemms_then_its_attention_each_at_its_roofline(prompt):
+    # A lone prompt with one output token is one prefill pass (the prompt fits the budget).
+    dep = deployment("llama-8b", "H100")
+    m, gpu = dep.verifier, dep.gpu
+    gemm = max(m.weight_bytes / gpu.bytes_per_s, m.flops_per_token * prompt / gpu.flops)
+    pairs = prompt * (prompt + 1) / 2  # causal: token i attends to i tokens
+    attention = max(m.kv_bytes_per_token * prompt / gpu.bytes_per_s,
+                    m.attention_flops_per_pair * pairs / gpu.flops)
+    assert lone_request_latency(dep, Workload(prompt, 1)) == pytest.approx(
+        m.overhead_s + gemm + attention, rel=1e-12)
+    # 16 tokens: both kernels memory-bound; 4096: both compute-bound.
+    assert (gemm == m.weight_bytes / gpu.bytes_per_s) == (prompt == 16)
+    assert (attention == m.kv_bytes_per_token * prompt / gpu.bytes_per_s) == (prompt == 16)
+
+
 def test_service_time_grows_with_prompt_and_output():
     base = lone_request_latency(EAGLE_8B, Workload(256, 128))
     assert lone_request_latency(EAGLE_8B, Workload(1024, 128)) > base

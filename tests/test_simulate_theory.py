@@ -3,27 +3,36 @@
 Slow: each test sweeps on the engine (seconds to half a minute).
 
 Results at seed 0 (per-configuration least-squares fits of ``L = C1/(1 − rps·C2)`` to the
-unsaturated rows):
+unsaturated rows), with the per-kernel roofline of :mod:`bayeslat.simulate.hardware` (a pass
+costs its weight GEMMs and its attention one after the other, each the slower of its memory and
+its compute time):
 
-- ``example`` preset: median R² 0.99992, worst 0.9988, all on the 70B verifier with long prompts
-  (``llama-70b-fp8 H200 p1024 g128 eagle3 a0.75 k1`` and ``a0.6 k4``); paper grid
-  (``paper-grid-8b-h100``, 1776 curves): median 0.99994, worst 0.996 at short outputs with large
-  k (``p128 g64 a0.8 k10``), where a request lives only a few verify cycles.
-  Why so close: the engine's step time is affine in the tokens and context of the batch
-  (memory and compute time add, ``GPU.overlap = 0``), which is exactly ``L = C1 + B·C2`` per
-  request. The worst curves are those whose cost per request in the system is least constant:
-  long prompts are one large prefill chunk then many cheap verify steps, and the mix of the two
-  in a step shifts with load; a few cycles per request make that mix lumpy.
-- With the ideal roofline (``GPU.overlap = 1``: a step costs ``max(memory, compute)``) the same
-  preset gives median 0.991 and worst 0.60 (70B, ``p256 g512``, k = 4-6): latency stays flat
-  while a step is bound by reading the weights and climbs steeply once the batch's verify tokens
-  pass the ridge point, a hockey stick the hyperbola cannot follow. The engine is not tuned
-  towards the formula; which overlap a real GPU shows is an empirical question (DESIGN.md §3
-  reports R² 0.975 on a real sweep).
-- MoE verifiers (``moe-30b-a3b-h100``): median R² about 0.8 under the dense formula, because the
-  first few requests in the batch already touch most experts; the coverage correction
-  :func:`bayeslat.theory.moe_latency` (four coefficients) fits the same curves with R² about
-  0.999.
+- ``example`` preset, 156 curves: median R² 0.983, worst 0.60; 40% of the curves above 0.99,
+  69% above 0.95. Per group the median runs from 0.89 (``llama-8b H100 p256 g128``) to 0.997
+  (70B, ``p1024``). The worst curves are all short prompts with long drafts: ``llama-70b-fp8
+  H200 p256 g512 eagle3 a0.6 k6`` (0.60), ``a0.75 k6`` (0.63), ``a0.6 k4`` (0.69), then
+  ``llama-8b H100 p256 g512 a0.6 k4`` (0.76). Why: a step reads all the weights whatever its
+  batch, so while the GEMMs are memory-bound, latency barely moves with load (5.5 s to 6.2 s
+  for the worst curve up to 70% of its ceiling); once the tokens of a step pass the GEMM ridge
+  point (about 80 tokens for FP8 weights on an H200, i.e. a dozen requests verifying 7 tokens
+  each), every drafted token costs compute, most of them rejected at alpha 0.6, and latency
+  nearly doubles in the last fifth of the range. That hockey stick is what the hyperbola cannot
+  follow. Long prompts fit best: their prefill chunks keep steps past the ridge at every load, so
+  the step time grows steadily with the batch. No unsaturated benchmark saw a KV preemption.
+  This is rougher than the old engine (memory and compute time added, step time affine in the
+  batch: median 0.9999) and close to reality (DESIGN.md §3: about 0.975 on a real sweep; an
+  independent engine simulation: median 0.987, minimum 0.79).
+- MoE verifiers (``moe-30b-a3b-h100``): R² about 0.35 under the dense formula, because the first
+  few requests in the batch already touch most experts; the coverage correction
+  :func:`bayeslat.theory.moe_latency` (four coefficients) fits the same curves with R² above
+  0.998.
+- SD speedup at 90% of the load range shared with the baseline (Llama-8B on H100, p256 g128,
+  seed 1), relative to zero load: alpha 0.6 and 0.75 with k = 2 or 4 fall by 4% to 22%, alpha
+  0.99 with k = 1 or 2 rises by about 7%. With k = 1 moderate alpha barely moves (−2% to +1%):
+  a one-token draft wastes little compute once the GEMMs are compute-bound, while it still
+  spreads the weight reads over more output tokens. Under light load (30% to 50% of the range)
+  speedups move by less than 3% either way: both curves are flat while the GEMMs are
+  memory-bound.
 """
 
 from dataclasses import replace
@@ -58,12 +67,16 @@ def example_table():
 
 def test_unsaturated_curves_follow_the_formula(example_table):
     ok = example_table[~example_table["saturated"]]
+    by_config = ok.groupby(config_labels(ok))
     r2 = pd.Series({label: fit_r2(rows["rps"].to_numpy(), rows["latency_mean"].to_numpy())
-                    for label, rows in ok.groupby(config_labels(ok))})
+                    for label, rows in by_config})
     print(f"\nR² per configuration: median {r2.median():.4f}, min {r2.min():.3f}; worst:")
     print(r2.sort_values().head(5).to_string())
     assert r2.median() >= 0.95
-    assert (r2 > 0.99).mean() > 0.4  # many curves sit on the formula almost exactly
+    assert r2.median() < 0.999  # not the affine step time that put every curve on the formula
+    # The worst are the weight-bound-then-compute-bound hockey sticks: short prompts, long drafts.
+    worst = by_config[["prefill_tokens", "k"]].first().loc[r2.nsmallest(10).index]
+    assert (worst["prefill_tokens"] == 256).all() and (worst["k"] >= 4).all()
 
 
 def test_curves_stay_unsaturated_across_most_of_the_range(example_table):
@@ -93,9 +106,13 @@ def test_speedup_falls_with_load_unless_alpha_is_near_one():
     base = Configuration(replace(dep, drafter=None, method="none"), 256, 128)
     configs = [base] + [Configuration(dep, 256, 128, k, a)
                         for a in (0.6, 0.75, 0.99) for k in (1, 2, 4)]
-    s = _speedups(sweep(configs, seed=1), share=0.8)
+    s = _speedups(sweep(configs, seed=1), share=0.9)
     moderate = s[s["alpha"] < 0.9]
-    assert (moderate["loaded"] < moderate["zero"]).all()
+    assert (moderate.loc[moderate["k"] >= 2, "loaded"] < moderate.loc[moderate["k"] >= 2, "zero"]
+            ).all()
+    # A one-token draft wastes little compute: its speedup barely moves (see the docstring).
+    one = moderate[moderate["k"] == 1]
+    assert np.allclose(one["loaded"], one["zero"], rtol=0.03)
     near_one = s[(s["alpha"] == 0.99) & (s["k"] <= 2)]
     assert (near_one["loaded"] > near_one["zero"]).all()
     assert (s["zero"] > 1).all()  # SD wins at zero load with these drafters

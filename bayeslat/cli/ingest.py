@@ -69,13 +69,17 @@ def command(
                   TextColumn("{task.description}"), console=Console(stderr=True),
                   transient=True) as bar:
         task = bar.add_task("", total=None)
-        table = ingest(inputs, meta, overrides,
+        skipped: list[Path] = []
+        table = ingest(inputs, meta, overrides, skipped=skipped,
                        progress=lambda p: bar.update(task, advance=1, description=p.name))
     schema.write_table(table, output, overwrite=overwrite)
     files = list(dict.fromkeys(table["source"].str.rsplit("#", n=1).str[0]))
     console.print(summary(table, files))
     for number, name in enumerate(files, start=1):
         console.print(f"report {number}: {name}", highlight=False, markup=False)
+    for path in skipped:
+        console.print(f"skipped {path}: the same run was read in another format", highlight=False,
+                      markup=False)
     for row in table[table["saturated"]].itertuples():
         console.print(f"[yellow]saturated[/] {row.source}: {row.saturation_reason}",
                       highlight=False)

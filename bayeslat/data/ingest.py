@@ -27,10 +27,27 @@ _COPIED = ("strategy", "rate_target", "rps", "latency_mean", "latency_std", "lat
            "n_incomplete", "duration_s")
 
 
-def find_reports(inputs: Iterable[str | os.PathLike]) -> list[Path]:
+def _one_format_per_run(paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Keep one file of each run that GuideLLM saved in several formats (``sweep.json``,
+    ``sweep.yaml``, ``sweep.csv``: same folder, same stem), preferring JSON, then YAML, then CSV
+    (the CSV carries the fewest fields). Returns the kept and the skipped files."""
+    rank = {suffix: i for i, suffix in enumerate(FORMATS)}
+    best: dict[tuple[Path, str], Path] = {}
+    for p in paths:
+        key = (p.parent, p.stem)
+        if key not in best or rank[p.suffix.lower()] < rank[best[key].suffix.lower()]:
+            best[key] = p
+    kept = set(best.values())
+    return [p for p in paths if p in kept], [p for p in paths if p not in kept]
+
+
+def find_reports(inputs: Iterable[str | os.PathLike],
+                 skipped: list[Path] | None = None) -> list[Path]:
     """The report files named by ``inputs``: files as given, folders searched recursively.
 
-    A folder contributes every ``.json``, ``.yaml``, ``.yml`` and ``.csv`` file in it, sorted.
+    A folder contributes every ``.json``, ``.yaml``, ``.yml`` and ``.csv`` file in it, sorted,
+    one format per run (:func:`_one_format_per_run`; the others are appended to ``skipped``).
+    Files named explicitly are all read, so the same run given twice is a duplicate error.
     Raises :class:`~bayeslat.errors.InputError` for a missing path or a folder with no report.
     """
     found: list[Path] = []
@@ -43,6 +60,9 @@ def find_reports(inputs: Iterable[str | os.PathLike]) -> list[Path]:
             if not inside:
                 raise InputError(f"no GuideLLM reports ({', '.join(FORMATS)}) in this folder",
                                  path)
+            inside, other_formats = _one_format_per_run(inside)
+            if skipped is not None:
+                skipped.extend(other_formats)
             found.extend(inside)
         elif path.exists():
             found.append(path)
@@ -88,6 +108,7 @@ def ingest(
     meta_file: str | os.PathLike | None = None,
     overrides: dict | None = None,
     progress: Callable[[Path], None] | None = None,
+    skipped: list[Path] | None = None,
 ) -> pd.DataFrame:
     """Read GuideLLM reports into one validated tidy table.
 
@@ -101,6 +122,8 @@ def ingest(
         Metadata keys given on the command line; they win over every file.
     progress
         Called with each report's path after it is read.
+    skipped
+        If given, receives the files left out because the same run was read in another format.
 
     Returns
     -------
@@ -110,7 +133,7 @@ def ingest(
     meta_path = None if meta_file is None else Path(meta_file)
     if meta_path is not None:
         metadata.read_meta_file(meta_path)  # fail early on a bad --meta file
-    paths = find_reports(inputs)
+    paths = find_reports(inputs, skipped)
     reports, frames, growing = [], [], []
     for path in paths:
         report = read_report(path)

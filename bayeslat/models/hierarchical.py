@@ -108,10 +108,10 @@ class HierarchicalModel(LatencyModel):
         didx = np.zeros(len(rows), dtype=int)
         didx[sd], new_drafts = unit_index(rows.loc[sd, "draft"], self.units["draft"].index)
         new_units = {}
-        for dim, labels, key in (("group", new_groups, "group"), ("draft", new_drafts, "draft")):
-            new_units[dim] = rows.drop_duplicates(key).set_index(key).loc[labels]
+        for kind, labels in (("group", new_groups), ("draft", new_drafts)):
+            new_units[kind] = rows.drop_duplicates(kind).set_index(kind).loc[labels]
             if len(labels):
-                model.add_coord(f"new_{dim}", labels.to_numpy())
+                model.add_coord(f"new_{kind}", labels.to_numpy())
         index = {"group": pm.Data("group_idx", gidx, dims=dim),
                  "draft": pm.Data("draft_idx", didx, dims=dim)}
         return {coef: self.unit_coefficient(coef, new_units[_dim(coef)])[index[_dim(coef)]]

@@ -82,6 +82,7 @@ def forest_figure(post: xr.Dataset, coefs: tuple[str, ...]):
         for i, label in enumerate(labels):
             _interval(ax, i, draws.sel({dim: label}).values, 1e3, **page.style(i % 3))
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlabel(f"{coef} ({UNITS[coef]})", fontsize=8)

@@ -43,7 +43,9 @@ def section(inputs) -> page.Section:
         "the estimate unreliable."), page.table(loo_table(inputs.models), floatfmt="{:.4g}"))
     if len(inputs.models) > 1:
         out.add(page.text("Comparison (az.compare): rank 0 is the best expected predictive "
-                          "accuracy; dse is the standard error of the difference to it."),
+                          "accuracy; dse is the standard error of the difference to it; "
+                          "warning is True where high Pareto k make a fit's estimate "
+                          "unreliable."),
                 compare(inputs.models))
     return out
 

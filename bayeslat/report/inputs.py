@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -145,32 +144,21 @@ def load_grid(highest: float) -> np.ndarray:
     return np.linspace(0.0, GRID_REACH * float(highest), GRID_POINTS)
 
 
-def same_group(table: pd.DataFrame, row: pd.Series) -> pd.Series:
-    """Which rows of ``table`` belong to the group of ``row``."""
-    mask = pd.Series(True, index=table.index)
-    for col in schema.GROUP_COLUMNS:
-        mask &= table[col] == row[col]
-    return mask
-
-
 def setup_rows(table: pd.DataFrame, setup: pd.Series) -> pd.DataFrame:
     """The rows of a setup: its group's baseline and its drafter's SD rows."""
-    group = table[same_group(table, setup)]
+    group = table[schema.group_labels(table) == schema.group_labels(setup.to_frame().T).iloc[0]]
     return group[(group["k"] == 0) | ((group["method"] == setup["method"])
                                       & (group["drafter"] == setup["drafter"]))]
 
 
 def curve_rows(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (configuration, load) on a grid from 0 to past the group's highest load."""
-    labels = schema.config_labels(table)
     group = schema.group_labels(table)
     highest = table.groupby(group)["rps"].max()
-    first = table.assign(config=labels).drop_duplicates("config")
-    out = []
-    for _, row in first.iterrows():
-        loads = load_grid(highest[schema.group_labels(row.to_frame().T).iloc[0]])
-        out.append(pd.DataFrame([row] * len(loads)).assign(rps=loads))
-    return pd.concat(out, ignore_index=True).drop(columns="config")
+    first = table.assign(group=group).drop_duplicates(list(schema.CONFIG_COLUMNS))
+    out = [pd.DataFrame([row] * GRID_POINTS).assign(rps=load_grid(highest[row["group"]]))
+           for _, row in first.iterrows()]
+    return pd.concat(out, ignore_index=True).drop(columns="group")
 
 
 def predictive(latency: xr.DataArray, idata, seed: int) -> xr.DataArray:
@@ -179,8 +167,6 @@ def predictive(latency: xr.DataArray, idata, seed: int) -> xr.DataArray:
     post = idata.posterior
     rng = np.random.default_rng(seed)
     t = rng.standard_t(post["nu"].values[..., None], size=latency.shape)
-    return latency * np.exp(post["sigma"].values[..., None] * t)
+    with np.errstate(over="ignore"):  # a far Student-t draw: an infinite latency
+        return latency * np.exp(post["sigma"].values[..., None] * t)
 
-
-def file_label(path) -> str:
-    return Path(path).name

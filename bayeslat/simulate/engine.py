@@ -15,11 +15,15 @@ One iteration (a scheduler step)
    first the running requests whose prompt is not done, then waiting requests, while there are
    free sequence slots (``max_num_seqs``) and KV blocks, and no request was preempted this step.
 4. The step costs ``k`` drafter passes over the decoding requests (the first one also over the
-   prefill chunk) plus one verifier pass over all tokens. Each pass costs
-   ``t0 + max(memory, compute) + (1 − overlap)·min(memory, compute)`` with memory = bytes read /
-   bandwidth and compute = FLOPs / compute rate; an MoE verifier reads its dense part plus the
-   experts hit when each of its ``T`` tokens routes to ``m`` of ``M`` experts (the number of
-   distinct experts hit is drawn, per step, as Binomial(M, 1 − (1 − m/M)^T)).
+   prefill chunk) plus one verifier pass over all tokens. Each pass runs its weight GEMMs and
+   then its attention, each at its own roofline (:mod:`bayeslat.simulate.hardware`):
+   ``t0 + max(weight bytes / bandwidth, GEMM FLOPs / compute rate)
+   + max(KV bytes / bandwidth, attention FLOPs / compute rate)``. A decoding request verifying
+   ``k + 1`` tokens on ``c`` cached ones adds ``(k + 1)·c + (k + 1)(k + 2)/2`` (query, context)
+   pairs to the attention FLOPs, a prefill chunk of ``x`` tokens after ``d`` done adds
+   ``x·d + x(x + 1)/2``. An MoE verifier reads its dense part plus the experts hit when each of
+   its ``T`` tokens routes to ``m`` of ``M`` experts (the number of distinct experts hit is
+   drawn, per step, as Binomial(M, 1 − (1 − m/M)^T)).
 5. Each decoding request accepts drafted tokens left to right, token ``j`` with probability
    ``acceptance[j]`` until the first rejection, and gains the accepted tokens plus one. A request
    whose prompt finishes gains its first token (its TTFT); a request that reaches its decode
@@ -40,10 +44,10 @@ from bayeslat.errors import InputError
 from bayeslat.simulate.hardware import GPU, Model, kv_capacity_tokens
 
 # Layout of the cost vector handed to the compiled loop (numba takes arrays, not objects).
-_V_T0, _V_W, _V_WEXP, _V_M, _V_MTOT, _V_KV, _V_FLOP = range(7)
-_D_T0, _D_W, _D_KV, _D_FLOP = range(7, 11)
-_BW, _F, _OVERLAP = 11, 12, 13
-_N_COST = 14
+_V_T0, _V_W, _V_WEXP, _V_M, _V_MTOT, _V_KV, _V_FLOP, _V_ATTN = range(8)
+_D_T0, _D_W, _D_KV, _D_FLOP, _D_ATTN = range(8, 13)
+_BW, _F = 13, 14
+_N_COST = 15
 
 
 @dataclass(frozen=True)
@@ -89,10 +93,12 @@ class Deployment:
         c[_V_W] = v.weight_bytes - v.expert_bytes
         c[_V_M], c[_V_MTOT] = v.experts_active, v.experts_total
         c[_V_KV], c[_V_FLOP] = v.kv_bytes_per_token, v.flops_per_token
+        c[_V_ATTN] = v.attention_flops_per_pair
         if d is not None:
             c[_D_T0], c[_D_W] = d.overhead_s, d.weight_bytes
             c[_D_KV], c[_D_FLOP] = d.kv_bytes_per_token, d.flops_per_token
-        c[_BW], c[_F], c[_OVERLAP] = self.gpu.bytes_per_s, self.gpu.flops, self.gpu.overlap
+            c[_D_ATTN] = d.attention_flops_per_pair
+        c[_BW], c[_F] = self.gpu.bytes_per_s, self.gpu.flops
         return c
 
 
@@ -206,7 +212,8 @@ def lone_request_latency(deployment: Deployment, workload: Workload) -> float:
     total, done = 0.0, 0
     while done < p:
         chunk = min(budget, p - done)
-        total += _step_time(c, k, 0, 0.0, chunk, done + chunk, _expected_touched(c, chunk))
+        total += _step_time(c, k, 0, 0.0, chunk, done + chunk, _prefill_pairs(chunk, done),
+                            _expected_touched(c, chunk))
         done += chunk
     if k == 0 or all(a == 1.0 for a in workload.acceptance):
         cycles, per_cycle = math.ceil((g - 1) / (k + 1)), k + 1.0
@@ -217,7 +224,7 @@ def lone_request_latency(deployment: Deployment, workload: Workload) -> float:
     # Context is p, p + E, p + 2E, ... per cycle; a fractional last cycle counts pro rata.
     for j in range(math.ceil(cycles)):
         share = min(1.0, cycles - j)
-        total += share * _step_time(c, k, 1, p + j * per_cycle, 0, 0.0, touched)
+        total += share * _step_time(c, k, 1, p + j * per_cycle, 0, 0.0, 0.0, touched)
     return total
 
 
@@ -228,34 +235,49 @@ def _expected_touched(c: np.ndarray, tokens: int) -> float:
 
 
 @numba.njit(cache=True)
-def _pass_time(t0, weight_bytes, kv_bytes, ctx_tokens, flops_per_token, tokens, c):
-    """Time of one forward pass (see :mod:`bayeslat.simulate.hardware`)."""
-    memory = (weight_bytes + kv_bytes * ctx_tokens) / c[_BW]
-    compute = flops_per_token * tokens / c[_F]
-    return t0 + max(memory, compute) + (1.0 - c[_OVERLAP]) * min(memory, compute)
+def _prefill_pairs(chunk, done):
+    """(query, context) pairs of a causal prefill chunk of ``chunk`` tokens after ``done``."""
+    return chunk * done + chunk * (chunk + 1) // 2
 
 
 @numba.njit(cache=True)
-def _step_time(c, k, n_dec, dec_ctx, pf_tokens, pf_ctx, touched):
+def _pass_time(t0, weight_bytes, flops_per_token, tokens, kv_bytes, ctx_tokens,
+               flops_per_pair, pairs, c):
+    """Time of one forward pass: weight GEMMs, then attention, each at its own roofline."""
+    gemm = max(weight_bytes / c[_BW], flops_per_token * tokens / c[_F])
+    attention = max(kv_bytes * ctx_tokens / c[_BW], flops_per_pair * pairs / c[_F])
+    return t0 + gemm + attention
+
+
+@numba.njit(cache=True)
+def _step_time(c, k, n_dec, dec_ctx, pf_tokens, pf_ctx, pf_pairs, touched):
     """Time of one step: ``k`` drafter passes, then one verifier pass.
 
     ``n_dec`` decoding requests with ``dec_ctx`` context tokens in all; ``pf_tokens`` prefill
-    tokens attending to ``pf_ctx`` context tokens; ``touched`` distinct experts hit (MoE).
+    tokens attending to ``pf_ctx`` context tokens in ``pf_pairs`` (query, context) pairs;
+    ``touched`` distinct experts hit (MoE).
     """
     tokens = n_dec * (k + 1) + pf_tokens
     weights = c[_V_W]
     if c[_V_MTOT] > 0:
         weights += c[_V_WEXP] * touched / c[_V_MTOT]
-    t = _pass_time(c[_V_T0], weights, c[_V_KV], dec_ctx + n_dec * (k + 1) + pf_ctx,
-                   c[_V_FLOP], tokens, c)
+    # Each decode's k + 1 query tokens see its cache plus the drafts before them (causal).
+    pairs = (k + 1) * dec_ctx + n_dec * (k + 1) * (k + 2) // 2 + pf_pairs
+    t = _pass_time(c[_V_T0], weights, c[_V_FLOP], tokens, c[_V_KV],
+                   dec_ctx + n_dec * (k + 1) + pf_ctx, c[_V_ATTN], pairs, c)
     if k > 0:
         # The drafter sees the prompt chunk in its first pass, then one token per request.
         for j in range(k):
             d_tokens = n_dec + (pf_tokens if j == 0 else 0)
             if d_tokens == 0:
                 break
-            d_ctx = dec_ctx + n_dec * (j + 1) + (pf_ctx if j == 0 else 0.0)
-            t += _pass_time(c[_D_T0], c[_D_W], c[_D_KV], d_ctx, c[_D_FLOP], d_tokens, c)
+            d_ctx = dec_ctx + n_dec * (j + 1)
+            d_pairs = d_ctx  # one query token per decoding request
+            if j == 0:
+                d_ctx += pf_ctx
+                d_pairs += pf_pairs
+            t += _pass_time(c[_D_T0], c[_D_W], c[_D_FLOP], d_tokens, c[_D_KV], d_ctx,
+                            c[_D_ATTN], d_pairs, c)
     return t
 
 
@@ -313,6 +335,7 @@ def _run(sched, concurrency, closed, p, g, acc, c, budget, max_seqs, capacity, r
         left = budget - n_dec * (k + 1)
         pf_tokens = 0
         pf_ctx = 0.0
+        pf_pairs = 0.0
         for r in range(n_run):
             i = running[r]
             if done_pf[i] < target[i] and left > 0:
@@ -323,6 +346,7 @@ def _run(sched, concurrency, closed, p, g, acc, c, budget, max_seqs, capacity, r
                     need += x
                     pf_tokens += x
                     pf_ctx += done_pf[i] + x
+                    pf_pairs += _prefill_pairs(x, done_pf[i])
         # As vLLM's scheduler does, admit no waiting request in a step that had to preempt.
         while (left > 0 and n_run < max_seqs and (n_pre > 0 or head < nxt)
                and preempted_now == 0):
@@ -341,6 +365,7 @@ def _run(sched, concurrency, closed, p, g, acc, c, budget, max_seqs, capacity, r
             need += x
             pf_tokens += x
             pf_ctx += x
+            pf_pairs += _prefill_pairs(x, 0)
         if n_dec == 0 and pf_tokens == 0:
             break  # nothing can run: the caller checks that a request fits, so this is a bug
         preemptions += preempted_now
@@ -350,7 +375,7 @@ def _run(sched, concurrency, closed, p, g, acc, c, budget, max_seqs, capacity, r
             tokens = n_dec * (k + 1) + pf_tokens
             miss = (1.0 - c[_V_M] / c[_V_MTOT]) ** tokens
             touched = rng.binomial(int(c[_V_MTOT]), 1.0 - miss)
-        now += _step_time(c, k, n_dec, dec_ctx, pf_tokens, pf_ctx, touched)
+        now += _step_time(c, k, n_dec, dec_ctx, pf_tokens, pf_ctx, pf_pairs, touched)
         iterations += 1
         # Outcomes: prefill progress, accepted drafts, finished requests.
         keep = 0

@@ -1,22 +1,35 @@
 r"""GPUs and models as the engine simulator costs them: bytes to read and FLOPs to do.
 
-An iteration (one forward pass over a batch) costs
+A forward pass over a batch runs its weight GEMMs, then its attention, each kernel at its own
+roofline (the time of the slower of its memory traffic and its arithmetic):
 
-.. math:: t = t_0 + \max(t_m, t_c) + (1 - o)\,\min(t_m, t_c), \qquad
-          t_m = \frac{W + b_{kv}\,N_{ctx}}{\beta}, \quad t_c = \frac{2\,P_a\,T}{F},
+.. math:: t = t_0 + \max\Big(\frac{W}{\beta}, \frac{2\,P_a\,T}{F}\Big)
+              + \max\Big(\frac{b_{kv}\,N_{ctx}}{\beta}, \frac{a\,Q}{F}\Big),
 
-with ``t0`` the model's fixed per-pass overhead (launches, scheduling), ``W`` the weight bytes read,
-``b_kv`` the KV-cache bytes per token of context, ``N_ctx`` the context tokens attended to,
-``beta`` the achieved memory bandwidth, ``P_a`` the active parameters per token, ``T`` the tokens in
-the pass and ``F`` the achieved compute rate. An MoE model reads its dense part plus only the
-experts its ``T`` tokens route to.
+with ``t0`` the model's fixed per-pass overhead (launches, scheduling), ``W`` the weight bytes
+read (an MoE model reads its dense part plus only the experts its ``T`` tokens route to), ``P_a``
+the active parameters per token, ``T`` the tokens in the pass, ``b_kv`` the KV-cache bytes per
+token of context, ``N_ctx`` the context tokens whose keys and values are read, ``beta`` the
+achieved memory bandwidth and ``F`` the achieved compute rate.
 
-``o`` is the overlap of memory traffic and compute. ``o = 1`` is the ideal roofline
-``max(t_m, t_c)``; the default ``o = 0`` (no overlap, the two add) is closer to what serving
-engines measure at moderate batch, where step time grows steadily with the tokens in the batch
-long before the compute roof is reached. With ``o = 1`` latency stays flat until the batch crosses
-the ridge point and then rises steeply (see ``tests/test_simulate_theory.py`` for what each does
-to the fit of the latency formula).
+Attention FLOPs: a query token attending to one context token costs, in every layer and query
+head, a ``head_dim`` dot product for its score (``q·k``) and a ``head_dim`` multiply-add into its
+output (``p·v``), so ``a = 4·layers·heads·head_dim`` FLOPs per (query, context) pair — for
+models whose ``heads·head_dim`` is the model width, the familiar ``4·n_layers·d_model``. ``Q`` is
+the number of such pairs in the pass, ``Σ_requests Σ_query-tokens context length`` (causal: the
+``i``-th of ``q`` new tokens on top of ``c`` cached ones sees ``c + i``, so a request
+contributes ``q·c + q(q+1)/2``). The score's softmax and the projections are left out: the
+former is a few FLOPs per pair, the latter are counted in ``P_a``. Grouped-query attention shows
+in the two terms differently: the keys and values read scale with ``kv_heads``, the FLOPs with
+the query ``heads``.
+
+Small batches are memory-bound in both kernels; the weight GEMMs become compute-bound once ``T``
+passes the ridge point (about 220 tokens for BF16 on an H100), and attention only in long prefill
+chunks (over a long context its intensity is ``a·q / b_kv = q·heads/kv_heads`` FLOPs per byte for
+``q`` query tokens per request: 2 to 8 per decode token of the presets' models). Latency therefore
+stays nearly flat while a step is bound by reading the weights and then climbs faster once the
+batch crosses the ridge: the engine is not tuned towards the latency formula (see
+``tests/test_simulate_theory.py`` for how well the formula follows it).
 
 Peak figures are the vendors' dense BF16 numbers; ``efficiency`` scales them to what a serving
 engine achieves (about 80% of bandwidth, 60% of compute).
@@ -47,8 +60,6 @@ class GPU:
         HBM capacity, GB.
     bandwidth_efficiency, compute_efficiency
         Share of the peaks a serving engine achieves.
-    overlap
-        How far memory traffic and compute overlap within a pass, 0 (they add) to 1 (roofline).
     """
 
     name: str
@@ -57,7 +68,6 @@ class GPU:
     memory_gb: float
     bandwidth_efficiency: float = 0.8
     compute_efficiency: float = 0.6
-    overlap: float = 0.0
 
     @property
     def bytes_per_s(self) -> float:
@@ -92,8 +102,10 @@ class Model:
         Total parameters, billions.
     active_params_b
         Parameters used per token, billions (equal to ``params_b`` for a dense model).
-    layers, kv_heads, head_dim
-        Shape of the KV cache: ``2·layers·kv_heads·head_dim`` values per token.
+    layers, heads, kv_heads, head_dim
+        Attention shape: ``heads`` query heads and ``kv_heads`` key/value heads of ``head_dim``
+        each, in every one of ``layers`` layers. The KV cache holds
+        ``2·layers·kv_heads·head_dim`` values per token.
     bytes_per_param
         Weight storage: 2 for BF16, 1 for FP8.
     experts_active, experts_total
@@ -105,6 +117,7 @@ class Model:
     name: str
     params_b: float
     layers: int
+    heads: int
     kv_heads: int
     head_dim: int
     active_params_b: float | None = None
@@ -143,7 +156,13 @@ class Model:
 
     @property
     def flops_per_token(self) -> float:
+        """FLOPs of the weight GEMMs per token: a multiply-add per active parameter."""
         return 2.0 * self.active_b * GB
+
+    @property
+    def attention_flops_per_pair(self) -> float:
+        """Attention FLOPs per (query token, context token) pair: ``4·layers·heads·head_dim``."""
+        return 4.0 * self.layers * self.heads * self.head_dim
 
     @property
     def overhead_s(self) -> float:

@@ -18,16 +18,17 @@ from bayeslat.simulate.protocol import Configuration, Protocol
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
-        Model("llama-1b", 1.24, layers=16, kv_heads=8, head_dim=64),
-        Model("llama-8b", 8.03, layers=32, kv_heads=8, head_dim=128),
-        Model("llama-70b-fp8", 70.6, layers=80, kv_heads=8, head_dim=128, bytes_per_param=1.0),
-        Model("qwen3-30b-a3b", 30.5, layers=48, kv_heads=4, head_dim=128, active_params_b=3.3,
-              experts_active=8, experts_total=128),
-        Model("eagle3-llama-1b", 0.1, layers=1, kv_heads=8, head_dim=64),
-        Model("eagle3-llama-8b", 0.4, layers=1, kv_heads=8, head_dim=128),
-        Model("eagle3-llama-70b", 1.0, layers=1, kv_heads=8, head_dim=128),
-        Model("eagle3-qwen3-30b-a3b", 0.3, layers=1, kv_heads=4, head_dim=128),
-        Model("qwen3-0.6b", 0.6, layers=28, kv_heads=8, head_dim=128),
+        Model("llama-1b", 1.24, layers=16, heads=32, kv_heads=8, head_dim=64),
+        Model("llama-8b", 8.03, layers=32, heads=32, kv_heads=8, head_dim=128),
+        Model("llama-70b-fp8", 70.6, layers=80, heads=64, kv_heads=8, head_dim=128,
+              bytes_per_param=1.0),
+        Model("qwen3-30b-a3b", 30.5, layers=48, heads=32, kv_heads=4, head_dim=128,
+              active_params_b=3.3, experts_active=8, experts_total=128),
+        Model("eagle3-llama-1b", 0.1, layers=1, heads=32, kv_heads=8, head_dim=64),
+        Model("eagle3-llama-8b", 0.4, layers=1, heads=32, kv_heads=8, head_dim=128),
+        Model("eagle3-llama-70b", 1.0, layers=1, heads=64, kv_heads=8, head_dim=128),
+        Model("eagle3-qwen3-30b-a3b", 0.3, layers=1, heads=32, kv_heads=4, head_dim=128),
+        Model("qwen3-0.6b", 0.6, layers=28, heads=16, kv_heads=8, head_dim=128),
     )
 }
 

@@ -1,0 +1,71 @@
+"""Fit the hierarchical model to a paper-scale single-verifier sweep and time it.
+
+The sweep comes from the model sampler: one 8B verifier on two GPUs, six prefill by four decode
+lengths (48 groups), each with its baseline and 25 SD configurations (5 alpha x 5 k), at nine
+rates: 11,232 rows. Prints, in one run, the time SciPy ``curve_fit`` takes for the paper's
+per-configuration point fits, and the Bayesian fit's wall time (compile and sampling), max
+R-hat, min bulk ESS, ESS per second and divergences.
+
+Target: converged (R-hat <= 1.01, min bulk ESS >= 400, no divergences) in under 60 s on a 2-core
+machine.
+
+    .venv/bin/python benchmarks/fit_hierarchical.py [--draws N] [--tune N] [--chains N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import pandas as pd
+
+from bayeslat import fit
+from bayeslat.data import schema
+from bayeslat.models.hierarchical import HierarchicalModel
+from bayeslat.models.start import curve_fits
+from bayeslat.simulate.generative import SamplerSpec, sample_sweep
+
+SPEC = SamplerSpec(
+    verifiers=(("llama-8b", 8.0),), hardware=("H100", "H200"),
+    prefill_tokens=(128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0),
+    decode_tokens=(64.0, 128.0, 256.0, 512.0),
+    alphas=(0.5, 0.6, 0.7, 0.8, 0.9), ks=(1, 2, 3, 4, 6),
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument("--tune", type=int, default=500)
+    parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    table, _ = sample_sweep(SPEC, seed=args.seed)
+    configs, _ = pd.factorize(schema.config_labels(table))
+    print(f"rows {len(table)}, configurations {configs.max() + 1}, "
+          f"groups {table.groupby(['hardware', 'prefill_tokens', 'decode_tokens']).ngroups}")
+
+    clock = time.perf_counter()
+    curve_fits(configs, table["rps"].to_numpy(), table["latency_mean"].to_numpy())
+    print(f"scipy curve_fit, per configuration: {time.perf_counter() - clock:.1f} s")
+
+    clock = time.perf_counter()
+    model = HierarchicalModel(table)
+    idata = fit.sample(model, draws=args.draws, tune=args.tune, chains=args.chains,
+                       seed=args.seed, sampler="nutpie", progressbar=False)
+    wall = time.perf_counter() - clock
+    diag = fit.diagnostics(idata, wall)
+    timing = json.loads(idata.posterior.attrs["sampler"])
+    print(f"hierarchical fit (nutpie, {args.chains} chains x {args.tune} tune + {args.draws} "
+          f"draws): wall {wall:.1f} s (compile {timing['compile_s']:.1f} s, sampling "
+          f"{timing['sample_s']:.1f} s)")
+    print(f"max R-hat {diag.max_rhat:.3f}, min bulk ESS {diag.min_ess_bulk:.0f}, "
+          f"min tail ESS {diag.min_ess_tail:.0f}, divergences {diag.divergences}, "
+          f"ESS/s {diag.min_ess_bulk / wall:.1f} (min bulk ESS over wall time)")
+    print("converged" if diag.converged else f"NOT converged: {'; '.join(diag.problems())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Real NUTS fits (slow; CI runs them): recovery on model-sampler data, PSIS-LOO of moe against
+hierarchical on MoE data, and the hierarchical fit of the shipped example."""
+
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pytest
+
+from bayeslat import fit, scaling
+from bayeslat.data import schema
+from bayeslat.models import get
+from bayeslat.simulate.generative import SamplerSpec, sample_sweep
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "example" / "sweep.parquet"
+RECOVERY = SamplerSpec(
+    verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
+    prefill_tokens=(256.0, 2048.0), decode_tokens=(64.0, 256.0),
+    drafters=(("eagle3", "eagle3-small", 0.25), ("draft_model", "llama-1b", 1.2)),
+    alphas=(0.6, 0.8), ks=(2, 4),
+)
+
+
+def converged(diag):
+    assert diag.max_rhat <= 1.01, diag
+    assert diag.divergences == 0, diag
+
+
+def interval(post, lo, hi):
+    return post.quantile(lo, ("chain", "draw")), post.quantile(hi, ("chain", "draw"))
+
+
+@pytest.fixture(scope="module")
+def recovery():
+    table, truth = sample_sweep(RECOVERY, seed=11)
+    model = get("hierarchical")(table)
+    idata = fit.sample(model, draws=500, tune=700, chains=2, seed=1, progressbar=False)
+    return model, idata, truth
+
+
+def test_recovery_converges(recovery):
+    _, idata, _ = recovery
+    converged(fit.diagnostics(idata))
+
+
+def test_population_coefficients_inside_their_95_intervals(recovery):
+    model, idata, truth = recovery
+    outside = []
+    for coef in scaling.COEFS:
+        scales = model.scales[coef]
+        true = np.array([truth.spec.betas[coef][f] * s for f, s in scales.items()])
+        lo, hi = interval(idata.posterior[f"beta_{coef}"], 0.025, 0.975)
+        for name, t, a, b in zip(scales, true, lo.values, hi.values, strict=True):
+            if not a <= t <= b:
+                outside.append(f"{coef}[{name}] true {t:.3g} not in [{a:.3g}, {b:.3g}]")
+    assert len(outside) <= 1, outside
+    assert sum(len(s) for s in model.scales.values()) >= 12  # every feature identifiable
+
+
+def test_group_coefficients_90_intervals_cover_80_to_98_percent(recovery):
+    model, idata, truth = recovery
+    hits = []
+    for coef in scaling.COEFS:
+        dim = "group" if coef in scaling.VERIFIER_COEFS else "draft"
+        units = truth.groups if dim == "group" else truth.drafts
+        labels = schema.group_labels(units)
+        if dim == "draft":
+            labels = labels + " " + units["method"] + ":" + units["drafter"]
+        true = units[coef].set_axis(labels).loc[idata.posterior[dim].values].to_numpy()
+        lo, hi = interval(idata.posterior[coef], 0.05, 0.95)
+        hits.extend((lo.values <= true) & (true <= hi.values))
+    coverage = np.mean(hits)
+    assert 0.80 <= coverage <= 0.98, f"coverage {coverage:.2f} of {len(hits)}"
+
+
+def test_moe_beats_hierarchical_by_psis_loo_on_moe_data():
+    spec = SamplerSpec(prefill_tokens=(256.0, 1024.0), decode_tokens=(128.0,),
+                       alphas=(0.6, 0.9), ks=(2, 4), moe=(8, 128, 0.6, 0.3))
+    table, _ = sample_sweep(spec, seed=5)
+    loos = {}
+    for variant in ("moe", "hierarchical"):
+        model = get(variant)(table)
+        idata = fit.sample(model, draws=400, tune=500, chains=2, seed=2, progressbar=False)
+        loos[variant] = az.loo(idata)
+    diff = loos["moe"].elpd_loo - loos["hierarchical"].elpd_loo
+    cmp = az.compare({"moe": loos["moe"], "hierarchical": loos["hierarchical"]})
+    assert cmp.index[0] == "moe"
+    assert diff > 2 * cmp.loc["hierarchical", "dse"], cmp
+
+
+def test_hierarchical_fit_of_the_shipped_example(tmp_path):
+    import pymc as pm
+
+    result = fit.run(EXAMPLE, "hierarchical", output=tmp_path / "example.nc", draws=500,
+                     tune=700, chains=2, seed=0, progressbar=False)
+    converged(result.diagnostics)
+    model = fit.load(result.path)
+    assert len(result.headline) == model.rows.query("k > 0")["config"].nunique()
+    with model.build():
+        pp = pm.sample_posterior_predictive(model.idata.sel(draw=slice(None, None, 5)),
+                                            progressbar=False)
+    pred = pp.posterior_predictive["log_latency"]
+    lo, hi = interval(pred, 0.05, 0.95)
+    y = model.rows["log_latency"].to_numpy()
+    coverage = float(((lo.values <= y) & (y <= hi.values)).mean())
+    assert 0.85 <= coverage <= 0.95, coverage
