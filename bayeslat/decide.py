@@ -19,7 +19,8 @@ Policies (DESIGN.md §4):
 - risk-neutral: the k with the largest posterior mean speedup;
 - risk-aware: the k with the largest ``quantile`` of speedup, or, given ``epsilon``, the k with the
   largest mean among those with :math:`P(S_k < 1) \le \epsilon` (``k = 0`` always qualifies);
-- alert line: a low quantile (5% by default) of RPS*, a conservative load to alert on.
+- alert line: a low quantile (5% by default) of the load at which SD starts to hurt (RPS*, or 0
+  where SD is slower even idle, ``inf`` where it never hurts), a conservative load to alert on.
 
 Draws in which the baseline itself is saturated at a load say nothing about speedup there; they
 are left out of speedup means and quantiles (``nan``), and ``p_valid`` reports the share kept.
@@ -144,11 +145,25 @@ def risk_aware_k(speedup: xr.DataArray, quantile: float | None = None,
     return score.fillna(-np.inf).idxmax("k").rename("k_risk")
 
 
-def alert_line(rps_star: xr.DataArray, quantile: float = 0.05) -> xr.DataArray:
-    """A conservative RPS* for dashboards: its ``quantile`` over the draws where it exists."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # no break-even in any draw
-        alert = rps_star.quantile(quantile, dim=SAMPLE, skipna=True)
+def hurt_onset_draws(c1: xr.DataArray, c2: xr.DataArray) -> xr.DataArray:
+    """The lowest load (req/s) at which each k is slower than k = 0, per draw.
+
+    0 where SD is slower even at zero load (``C1R > 1``), RPS* where it helps below RPS* and
+    hurts above, ``inf`` where it never hurts below the baseline's saturation.
+    """
+    c1r, _ = theory.ratios(c1.sel(k=0), c2.sel(k=0), c1, c2)
+    star = break_even_draws(c1, c2)
+    return xr.where(c1r > 1, 0.0, star.fillna(np.inf)).rename("hurt_onset")
+
+
+def alert_line(onset: xr.DataArray, quantile: float = 0.05) -> xr.DataArray:
+    """A conservative load for dashboards: the ``quantile`` of :func:`hurt_onset_draws`.
+
+    SD starts to hurt below it with probability ``quantile`` only; ``inf`` when SD hurts nowhere
+    below saturation in more than ``1 - quantile`` of the draws, 0 when it hurts even idle.
+    """
+    # "lower": no interpolation, which would turn inf into NaN, and the conservative side.
+    alert = onset.quantile(quantile, dim=SAMPLE, method="lower")
     return alert.drop_vars("quantile").rename("rps_alert")
 
 
@@ -166,7 +181,7 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     epsilon
         Largest acceptable ``P(speedup < 1)`` for the risk-aware choice.
     quantile
-        Quantile of RPS* for the alert line.
+        Quantile of the load at which SD starts to hurt, for the alert line.
     latency
         Latency draws (s) with an ``rps`` dim matching ``rps``, for models whose latency is not
         ``C1/(1 − rps·C2)`` (MoE coverage); computed from ``c1``, ``c2`` when None.
@@ -192,7 +207,7 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
         "p_c2r_above_1": (c2r > 1).mean(SAMPLE),
         "rps_star": _as_stat(summarize(star)),
         "p_break_even": star.notnull().mean(SAMPLE),
-        "rps_alert": alert_line(star, quantile),
+        "rps_alert": alert_line(hurt_onset_draws(c1, c2), quantile),
         "p_best_k": p_best_k(lat),
         "regret": expected_regret(lat),
         "k_neutral": risk_neutral_k(spd),

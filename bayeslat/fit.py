@@ -22,13 +22,15 @@ from bayeslat import theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.models import DEFAULT, get
-from bayeslat.models.base import FORMAT, prepare
+from bayeslat.models.base import FORMAT, fast_mode, prepare
 from bayeslat.scaling import ScalingConfig
 
 SAMPLERS = ("nutpie", "pymc", "numpyro")
 EXAMPLE = Path("data/example/sweep.parquet")
 # Convergence: what --strict requires.
 MAX_RHAT, MIN_ESS = 1.01, 400
+# Smaller steps than the usual 0.8: the prefill costs leave narrow ridges between groups.
+TARGET_ACCEPT = 0.9
 REQUIRED_ATTRS = ("bayeslat_format", "variant", "config", "priors", "feature_scales",
                   "data_hash", "fit_data_hash", "sampler", "bayeslat_version")
 
@@ -88,19 +90,21 @@ def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed:
     timing = {}
     if sampler == "nutpie":
         # freeze_model: data become constants, so what depends only on them is folded away
-        compiled = backend.compile_pymc_model(pm_model, initial_points=model.initial_values(),
-                                             jitter_rvs=_jitter_vars(pm_model),
-                                             freeze_model=True)
+        compiled = backend.compile_pymc_model(
+            pm_model, initial_points=model.initial_values(), jitter_rvs=_jitter_vars(pm_model),
+            freeze_model=True)
         timing["compile_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
         idata = backend.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores,
-                              seed=seed, progress_bar=progressbar, save_warmup=False)
+                               seed=seed, progress_bar=progressbar, save_warmup=False,
+                               target_accept=TARGET_ACCEPT)
     else:
         kwargs = {"nuts_sampler": "numpyro"} if sampler == "numpyro" else {}
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed,
                           init="adapt_diag", initvals=model.initial_values(),
                           progressbar=progressbar, model=pm_model,
-                          compute_convergence_checks=False, **kwargs)
+                          compute_convergence_checks=False, target_accept=TARGET_ACCEPT,
+                          **kwargs)
     timing["sample_s"] = time.perf_counter() - clock
     _complete(idata, pm_model)
     idata.posterior.attrs["sampler"] = json.dumps(
@@ -134,7 +138,9 @@ def _complete(idata, pm_model) -> None:
                              found.items()}).assign_coords(obs=coords["obs"])
             idata.add_groups({group: ds})
     if "log_likelihood" not in idata.groups():
-        pm.compute_log_likelihood(idata, model=pm_model, progressbar=False)
+        pm.compute_log_likelihood(idata, model=pm_model, progressbar=False,
+                                  compile_kwargs=fast_mode(idata))
+
 
 
 def diagnostics(idata, seconds: float = float("nan")) -> Diagnostics:

@@ -20,6 +20,7 @@ models, so it imports neither PyMC nor anything of a later stage.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tomllib
@@ -65,8 +66,9 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # s per request in the system (c2*). Wide: ten times a typical 8B-class value.
     "beta_scale": {"c1p": 0.5, "c1v": 0.1, "c1d": 0.02, "c2p": 0.1, "c2v": 0.005,
                    "c2d": 0.002},
-    # HalfNormal scale of the group deviation on the log scale (0.5 = typical factor 1.6).
-    "tau_scale": 0.5,
+    # Prior mean of the sd of the log group deviations (0.25: typical factor 1.3), a
+    # Gamma(2, 2/mean) that keeps away from 0, where few groups would leave a funnel.
+    "tau_mean": 0.25,
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
     # Gamma(alpha, beta) on the Student-t degrees of freedom.
@@ -74,7 +76,7 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # Beta(a, b) on the MoE share of the verify coefficients that grows with expert coverage.
     "moe_share_beta": [2.0, 2.0],
     # dense variant: log C1, log C2 per configuration ~ Normal(mu, tau) with
-    # mu ~ Normal(log median, log_sd) and tau ~ HalfNormal(tau_scale).
+    # mu ~ Normal(log median, log_sd) and tau ~ HalfNormal(1).
     "dense_c1_median": 1.0,
     "dense_c2_median": 0.05,
     "dense_log_sd": 2.0,
@@ -94,14 +96,15 @@ class ScalingConfig:
         Prior settings, keys as in :data:`DEFAULT_PRIORS`.
     noncentered
         Coefficients whose group deviations are sampled non-centred (through standard-normal
-        ``z``); the others sample the units' log coefficients directly (centred), which mixes
-        well when every unit has hundreds of points. The defaults, the prefill costs, are the
-        ones the data pin down least (a small share of the latency).
+        ``z``); the others (by default all but ``c1p``) sample the units' log coefficients directly
+        (centred), which mixes well when every unit has tens to hundreds of points and the
+        ``tau`` prior keeps away from 0. Non-centring suits coefficients that the data barely
+        inform (few points per unit).
     """
 
     design: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_DESIGN))
-    priors: Mapping[str, Any] = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_PRIORS)))
-    noncentered: tuple[str, ...] = ("c1p", "c2p")
+    priors: Mapping[str, Any] = field(default_factory=lambda: copy.deepcopy(DEFAULT_PRIORS))
+    noncentered: tuple[str, ...] = ("c1p",)
 
     def __post_init__(self):
         for coef, feats in self.design.items():
@@ -147,7 +150,7 @@ class ScalingConfig:
             raise InputError(f"unknown key(s) {', '.join(unknown)}; use design, priors, "
                              "noncentered", source, unknown[0])
         design = dict(DEFAULT_DESIGN) | {c: tuple(f) for c, f in data.get("design", {}).items()}
-        priors = json.loads(json.dumps(DEFAULT_PRIORS))
+        priors = copy.deepcopy(DEFAULT_PRIORS)
         for key, value in data.get("priors", {}).items():
             priors[key] = (priors.get(key, {}) | value) if isinstance(value, dict) else value
         try:

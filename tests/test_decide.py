@@ -83,3 +83,17 @@ def test_vllm_batch_ranges():
     # contiguous and complete
     assert ranges[0][0] == 1 and ranges[-1][1] == 64
     assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+def test_alert_line_is_the_load_where_sd_starts_to_hurt():
+    ks = [0, 1, 2, 6]
+    n = 10
+    coords = {"sample": np.arange(n), "k": ks}
+    # k=1: never hurts (C2R < 1); k=2: slower even idle (C1R > 1); k=6: config A, RPS* 8.86
+    c1 = xr.DataArray(np.tile([1.2, 1.0, 1.3, 0.78], (n, 1)), dims=("sample", "k"), coords=coords)
+    c2 = xr.DataArray(np.tile([0.07, 0.06, 0.08, 0.085], (n, 1)), dims=("sample", "k"),
+                      coords=coords)
+    alert = decide.analyse(c1, c2, [0.0, 5.0])["rps_alert"]
+    assert alert.sel(k=0) == np.inf and alert.sel(k=1) == np.inf
+    assert alert.sel(k=2) == 0.0
+    assert alert.sel(k=6) == pytest.approx(theory.break_even_rps(1.2, 0.07, 0.78, 0.085))

@@ -36,7 +36,7 @@ def interval(post, lo, hi):
 def recovery():
     table, truth = sample_sweep(RECOVERY, seed=11)
     model = get("hierarchical")(table)
-    idata = fit.sample(model, draws=500, tune=700, chains=2, seed=1, progressbar=False)
+    idata = fit.sample(model, draws=800, tune=1000, chains=2, seed=1, progressbar=False)
     return model, idata, truth
 
 
@@ -93,8 +93,8 @@ def test_moe_beats_hierarchical_by_psis_loo_on_moe_data():
 def test_hierarchical_fit_of_the_shipped_example(tmp_path):
     import pymc as pm
 
-    result = fit.run(EXAMPLE, "hierarchical", output=tmp_path / "example.nc", draws=500,
-                     tune=700, chains=2, seed=0, progressbar=False)
+    result = fit.run(EXAMPLE, "hierarchical", output=tmp_path / "example.nc", draws=800,
+                     tune=1000, chains=2, seed=0, progressbar=False)
     converged(result.diagnostics)
     model = fit.load(result.path)
     assert len(result.headline) == model.rows.query("k > 0")["config"].nunique()

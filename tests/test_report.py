@@ -184,14 +184,16 @@ def _example_fit(tmp_path_factory) -> Path:
     """The default fit of the shipped example if it is there and current, else a short fit."""
     from bayeslat import fit
     from bayeslat.data import schema
+    from bayeslat.models import DEFAULT, get
     from bayeslat.models.base import table_hash
 
     current = table_hash(schema.read_table(EXAMPLE))
     if DEFAULT_FIT.exists() and fit.load(DEFAULT_FIT).data_hash == current:
         return DEFAULT_FIT
-    out = tmp_path_factory.mktemp("fit") / "example.nc"
-    fit.run(EXAMPLE, output=out, draws=100, tune=200, chains=2, progressbar=False)
-    return out
+    # A short real fit (a few minutes on 2 cores): enough draws for every figure and table.
+    model = get(DEFAULT)(schema.read_table(EXAMPLE))
+    fit.sample(model, draws=100, tune=200, chains=2, progressbar=False)
+    return model.save(tmp_path_factory.mktemp("fit") / "example.nc")
 
 
 @pytest.fixture(scope="session")

@@ -22,12 +22,12 @@ def test_defaults_follow_design_and_round_trip_through_json():
 def test_toml_overrides_only_what_it_names(tmp_path):
     path = tmp_path / "model.toml"
     path.write_text('noncentered = ["c1p"]\n[design]\nc1p = ["verifier_params_b", '
-                    '"prefill_tokens"]\n[priors]\ntau_scale = 0.3\n[priors.beta_scale]\n'
+                    '"prefill_tokens"]\n[priors]\ntau_mean = 0.3\n[priors.beta_scale]\n'
                     'c1p = 2.0\n')
     cfg = ScalingConfig.load(path)
     assert cfg.features("c1p") == ("intercept", "verifier_params_b", "prefill_tokens")
     assert cfg.features("c2p") == ScalingConfig().features("c2p")
-    assert cfg.prior("tau_scale") == 0.3
+    assert cfg.prior("tau_mean") == 0.3
     assert cfg.prior("beta_scale")["c1p"] == 2.0 and cfg.prior("beta_scale")["c2v"] == 0.005
     assert cfg.noncentered == ("c1p",)
 
@@ -66,4 +66,4 @@ def test_moe_split_parts_add_up_to_the_effective_coefficients():
 
 
 def test_config_json_is_plain_json():
-    assert json.loads(ScalingConfig().to_json())["noncentered"] == ["c1p", "c2p"]
+    assert json.loads(ScalingConfig().to_json())["noncentered"] == ["c1p"]

@@ -7,21 +7,29 @@ unsaturated rows), with the per-kernel roofline of :mod:`bayeslat.simulate.hardw
 costs its weight GEMMs and its attention one after the other, each the slower of its memory and
 its compute time):
 
-- ``example`` preset, 156 curves: median R² 0.983, worst 0.60; 40% of the curves above 0.99,
-  69% above 0.95. Per group the median runs from 0.89 (``llama-8b H100 p256 g128``) to 0.997
-  (70B, ``p1024``). The worst curves are all short prompts with long drafts: ``llama-70b-fp8
-  H200 p256 g512 eagle3 a0.6 k6`` (0.60), ``a0.75 k6`` (0.63), ``a0.6 k4`` (0.69), then
-  ``llama-8b H100 p256 g512 a0.6 k4`` (0.76). Why: a step reads all the weights whatever its
-  batch, so while the GEMMs are memory-bound, latency barely moves with load (5.5 s to 6.2 s
-  for the worst curve up to 70% of its ceiling); once the tokens of a step pass the GEMM ridge
-  point (about 80 tokens for FP8 weights on an H200, i.e. a dozen requests verifying 7 tokens
-  each), every drafted token costs compute, most of them rejected at alpha 0.6, and latency
+- ``example`` preset, 156 curves: median R² 0.983, worst 0.60; 40% of the curves above 0.99, 69%
+  above 0.95. Per group the median runs from 0.89 (``llama-8b H100 p256 g128``) to 0.997 (70B,
+  ``p1024``). The worst curves are all short prompts with long drafts:
+  ``llama-70b-fp8 H200 p256 g512 eagle3 a0.6 k6`` (0.60), ``a0.75 k6`` (0.63), ``a0.6 k4`` (0.69),
+  ``a0.9 k6`` (0.70), then ``llama-8b H100 p256 g512 a0.6 k4`` (0.76). Why: a step reads all the
+  weights whatever its batch, so while the GEMMs are memory-bound, latency barely moves with load
+  (5.5 s to 6.2 s for the worst curve up to 70% of its ceiling); once the tokens of a step pass the
+  GEMM ridge point (about 80 tokens for FP8 weights on an H200, i.e. a dozen requests verifying 7
+  tokens each), every drafted token costs compute, most of them rejected at alpha 0.6, and latency
   nearly doubles in the last fifth of the range. That hockey stick is what the hyperbola cannot
   follow. Long prompts fit best: their prefill chunks keep steps past the ridge at every load, so
-  the step time grows steadily with the batch. No unsaturated benchmark saw a KV preemption.
-  This is rougher than the old engine (memory and compute time added, step time affine in the
-  batch: median 0.9999) and close to reality (DESIGN.md §3: about 0.975 on a real sweep; an
-  independent engine simulation: median 0.987, minimum 0.79).
+  the step time grows steadily with the batch. No unsaturated benchmark saw a KV preemption. This is
+  rougher than the old engine (memory and compute time added, step time affine in the batch: median
+  0.9999) and close to reality (DESIGN.md §3: about 0.975 on a real sweep; an independent engine
+  simulation: median 0.987, minimum 0.79).
+- Paper grid (``paper-grid-8b-h100``, 1776 curves, from ``benchmarks/simulate_grid.py --out``):
+  median 0.921, worst 0.43; only 28% above 0.95. Baselines (k = 0) have median 0.991; SD
+  curves are worst at k = 3-5 (medians 0.83-0.85) and at the shortest workload ``p128 g64``
+  (worst ten all there, k = 1-2, 0.43-0.50): latency is flat to within about 10% up to 80% of
+  the ceiling and jumps at the last rate (90%), where the tokens of a step first pass the GEMM
+  ridge. The longer the prompt, the better the fit (median 0.84 at p = 128, 0.96 at
+  p = 1024). The grid's median is below the 0.95 that the example passes: on this roofline the
+  formula is a poor description of short SD workloads whose measured range ends near the ridge.
 - MoE verifiers (``moe-30b-a3b-h100``): R² about 0.35 under the dense formula, because the first
   few requests in the batch already touch most experts; the coverage correction
   :func:`bayeslat.theory.moe_latency` (four coefficients) fits the same curves with R² above
@@ -32,7 +40,11 @@ its compute time):
   a one-token draft wastes little compute once the GEMMs are compute-bound, while it still
   spreads the weight reads over more output tokens. Under light load (30% to 50% of the range)
   speedups move by less than 3% either way: both curves are flat while the GEMMs are
-  memory-bound.
+  memory-bound. This is the paper's regime only: in the ``example`` preset's long-prompt groups
+  (``p1024``) the speedup at 90% load rises even at alpha 0.6 for k ≤ 2 (up to +34%, 8B
+  ``p1024 g512``), because under load a step is mostly other requests' prefill, which SD's
+  drafter passes and extra verify tokens barely add to, while SD still needs fewer steps. The
+  additive engine before this roofline showed the same for the 1B and 8B verifiers.
 """
 
 from dataclasses import replace
@@ -108,8 +120,8 @@ def test_speedup_falls_with_load_unless_alpha_is_near_one():
                         for a in (0.6, 0.75, 0.99) for k in (1, 2, 4)]
     s = _speedups(sweep(configs, seed=1), share=0.9)
     moderate = s[s["alpha"] < 0.9]
-    assert (moderate.loc[moderate["k"] >= 2, "loaded"] < moderate.loc[moderate["k"] >= 2, "zero"]
-            ).all()
+    drafts = moderate[moderate["k"] >= 2]
+    assert (drafts["loaded"] < drafts["zero"]).all()
     # A one-token draft wastes little compute: its speedup barely moves (see the docstring).
     one = moderate[moderate["k"] == 1]
     assert np.allclose(one["loaded"], one["zero"], rtol=0.03)

@@ -138,16 +138,17 @@ def _print_tables(decisions, break_even, risk):
                        "alert"):
             table.add_column(header, justify="right")
         for r in be.itertuples():
-            exists = not np.isnan(r.rps_star)
+            # RPS* is summarised over the draws where it exists: show it when most do.
+            likely = r.p_break_even >= 0.5
             table.add_row(str(int(r.k)), f"{r.c1r:.3f}", f"{r.c2r:.3f}", f"{r.p_c2r_above_1:.2f}",
-                          f"{r.rps_star:.3g}" if exists else "none",
-                          f"{r.rps_star_q05:.3g}–{r.rps_star_q95:.3g}" if exists else "",
+                          f"{r.rps_star:.3g}" if likely else "none",
+                          f"{r.rps_star_q05:.3g}–{r.rps_star_q95:.3g}" if likely else "",
                           f"{r.p_break_even:.2f}",
-                          "" if np.isnan(r.rps_alert) else f"{r.rps_alert:.3g}")
+                          "never" if np.isinf(r.rps_alert) else f"{r.rps_alert:.3g}")
         out.print(table)
     out.print("rps and RPS* in req/s; speedup = latency without SD / with SD; regret = "
-                  "expected extra latency of the choice over the best k; alert = 5% quantile "
-                  "of RPS*.")
+              "expected extra latency of the choice over the best k; RPS* shown where it exists "
+              "in most draws; alert = load below which SD hurts with only 5% probability.")
 
 
 def _k(value):

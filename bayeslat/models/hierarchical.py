@@ -8,7 +8,7 @@ drafter step plus verifying that token.
 
 .. math::
     c_{qu} = (x_{qu} \cdot \beta_q)\, e^{\tau_q z_{qu}}, \quad
-    \beta_{qf} \sim \mathrm{HalfNormal}(b_q), \quad \tau_q \sim \mathrm{HalfNormal}(t),
+    \beta_{qf} \sim \mathrm{HalfNormal}(b_q), \quad \tau_q \sim \mathrm{Gamma}(2, 2/t),
     \quad z_{qu} \sim N(0, 1),
 
     C_1 = c_{1p} + \tfrac{g}{E}(c_{1v} + k\,c_{1d}), \qquad
@@ -17,10 +17,11 @@ drafter step plus verifying that token.
 with ``x`` the unit's standardised features (:mod:`bayeslat.scaling`: which features each
 coefficient scales with, and the prior scales ``b_q`` in physical units, are configuration), and
 the likelihood of :mod:`bayeslat.models.base`. The deviations are centred
-(``log c ~ Normal(log(x·beta), tau)``, which mixes well with hundreds of points per group) except
-for the coefficients in ``config.noncentered`` (default the prefill costs, which the data pin
-down least: ``log c = log(x·beta) + tau·z``). New groups and drafters (never measured) are predicted
-from the population: ``x·beta`` at their features times a fresh deviation ``exp(tau·z)``.
+(``log c ~ Normal(log(x·beta), tau)``, which mixes well with many points per group) except
+for the coefficients in ``config.noncentered`` (default ``c1p``, a small share of the latency
+that the data inform least: ``log c = log(x·beta) + tau·z``). New groups and drafters (never
+measured) are predicted from the population: ``x·beta`` at their features times a fresh
+deviation ``exp(tau·z)``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class HierarchicalModel(LatencyModel):
         dim, priors = _dim(coef), self.config
         beta = pm.HalfNormal(f"beta_{coef}", sigma=priors.prior("beta_scale")[coef],
                              dims=f"{coef}_feature")
-        tau = pm.HalfNormal(f"tau_{coef}", sigma=priors.prior("tau_scale"))
+        tau = pm.Gamma(f"tau_{coef}", alpha=2.0, beta=2.0 / priors.prior("tau_mean"))
         log_mu = pt.log(pt.dot(self.x[coef], beta))
         if coef not in priors.noncentered:
             log_c = pm.Normal(f"log_{coef}", mu=log_mu, sigma=tau, dims=dim)

@@ -10,8 +10,8 @@ routed per step (:func:`bayeslat.scaling.moe_split`, :func:`bayeslat.theory.moe_
 
 ``T`` depends on ``L``: the graph solves the fixed point by :data:`ITERATIONS` steps from full
 coverage (monotone, see :func:`bayeslat.theory.moe_latency`), never plugging in the observed
-latency; prediction solves it exactly with :func:`~bayeslat.theory.moe_latency`. Every row must be
-an MoE verifier (``moe_experts_total > 0``). Everything else is :mod:`~bayeslat.models.hierarchical`.
+latency; prediction solves it exactly with :func:`~bayeslat.theory.moe_latency`. Every row must
+be an MoE verifier (``moe_experts_total > 0``). The rest is :mod:`~bayeslat.models.hierarchical`.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def forest_figure(post: xr.Dataset, coefs: tuple[str, ...]):
     da = [stack_draws(post[c]) for c in coefs]
     dim = [d for d in da[0].dims if d != SAMPLE][0]
     labels = [str(v) for v in da[0][dim].values]
-    fig, axes = page.subplots(len(coefs), len(coefs), width=2.6,
+    fig, axes = page.subplots(len(coefs), len(coefs), width=2.8 if len(coefs) > 2 else 4.0,
                               height=0.28 * len(labels) + 1.0, sharey=True)
     for ax, coef, draws in zip(axes, coefs, da, strict=True):
         for i, label in enumerate(labels):
@@ -86,7 +86,7 @@ def forest_figure(post: xr.Dataset, coefs: tuple[str, ...]):
         ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlabel(f"{coef} ({UNITS[coef]})", fontsize=8)
-        ax.set_title(f"{coef}: {MEANING[coef]}", fontsize=7)
+        ax.set_title(f"{coef}\n{MEANING[coef]}", fontsize=7)
         ax.tick_params(labelsize=7)
         ax.grid(axis="x", color="0.9")
     axes[0].set_yticks(range(len(labels)), labels, fontsize=7)

@@ -27,6 +27,8 @@ def section(inputs) -> page.Section:
         return out
     out.add(page.figure(map_figure(inputs.decisions), "Most probable k* and its probability "
                         "over acceptance rate and load, per setup.", "k* map"))
+    out.add(page.figure(probability_figure(inputs), "P(k* = k) for every k against load, at "
+                        "the middle measured acceptance rate of each setup.", "P(k* = k)"))
     out.add("<h3>Decision table</h3>", page.text(
         "As printed by bayeslat decide, at a few loads of each setup's grid: the risk-neutral "
         "k (best mean speedup) and the risk-aware k (best mean among k with P(SD hurts) ≤ "
@@ -70,6 +72,28 @@ def map_figure(decisions: dict):
     bar = fig.colorbar(mesh, ax=list(axes), ticks=range(len(ks)), shrink=0.6)
     bar.ax.set_yticklabels([str(k) for k in ks])
     bar.set_label("most probable k* (tokens)")
+    return fig
+
+
+def probability_figure(inputs):
+    """P(k* = k) against load, one line per k, at each setup's middle measured alpha."""
+    fig, axes = page.subplots(len(inputs.decisions), 4, width=3.3, height=2.6)
+    for ax, (setup, ds) in zip(axes, inputs.decisions.items(), strict=True):
+        shown = inputs.shown_alphas[setup]
+        alpha = shown[len(shown) // 2]
+        p = ds["p_best_k"].sel(alpha=alpha)
+        for i, k in enumerate(p["k"].values):
+            st = page.style(i)
+            ax.plot(ds["rps"], p.sel(k=k), color=st["color"], ls=st["linestyle"],
+                    marker=st["marker"], markevery=4, ms=3.5, mfc="white", lw=1.1,
+                    label=f"k={k}")
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_title(f"{page.two_lines(setup)}, alpha = {alpha:g}", fontsize=7)
+        ax.set_xlabel("load rps (req/s)", fontsize=8)
+        ax.set_ylabel("P(k* = k)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
     return fig
 
 

@@ -73,12 +73,12 @@ def _speedup_panel(ax, ds):
 
 
 def _speedup_range(spd) -> tuple[float, float]:
-    """Speedup axis limits: the bands, but at most three times the zero-load speedup (next to
+    """Speedup axis limits: the bands, but at most 1.6 times the zero-load speedup (next to
     the baseline's saturation the speedup grows without bound)."""
     low = float(spd.sel(stat="q05").min())
     high = float(spd.sel(stat="q95").max())
     zero_load = float(spd.sel(stat="q95").isel(rps=0).max())
-    high = min(high, 3.0 * zero_load) if np.isfinite(zero_load) else high
+    high = min(high, 1.6 * zero_load) if np.isfinite(zero_load) else high
     low = low if np.isfinite(low) else 0.0
     high = high if np.isfinite(high) else 2.0
     return max(0.0, min(low, 0.9) * 0.95), max(high, 1.1) * 1.05
