@@ -29,6 +29,9 @@ def section(inputs) -> page.Section:
                             f"Speedup and P(SD hurts) against load, {setup}.",
                             f"speedup {setup}"))
     out.add("<h3>Break-even per draft length (measured acceptance rates)</h3>",
+            page.text("C1R, C2R: posterior medians. Alert line: a load SD starts to hurt "
+                      "below with probability 5% only (0: SD hurts even when idle; never: SD "
+                      "does not hurt below the baseline's saturation in 95% of draws)."),
             page.table(break_even(inputs), scroll=True))
     return out
 
@@ -128,6 +131,8 @@ def break_even(inputs) -> pd.DataFrame:
     parts = [decide.break_even_table(ds.sel(alpha=inputs.shown_alphas[setup]).expand_dims("setup"))
              for setup, ds in inputs.decisions.items()]
     df = pd.concat(parts, ignore_index=True)
+    df["rps_alert"] = df["rps_alert"].map(
+        lambda v: "never" if np.isposinf(v) else "–" if np.isnan(v) else f"{v:.3g}")
     return df.rename(columns={
         "c1r": "C1R", "c2r": "C2R", "p_c2r_above_1": "P(C2R > 1)",
         "rps_star": "RPS* median (req/s)", "rps_star_q05": "RPS* 5%",
