@@ -12,10 +12,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# Install bayeslat and run the main job on the shipped example.
+# Install bayeslat, fit the shipped example and write its report.
 example: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[nutpie]'
-	$(BIN)/bayeslat theory
+	$(BIN)/bayeslat fit --overwrite
+	$(BIN)/bayeslat report models/sweep-hierarchical.nc --overwrite
 
 install-dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev,nutpie]'

@@ -180,7 +180,7 @@ def headline(model, seed: int = 0) -> pd.DataFrame:
         return pd.DataFrame(columns=["config", "speedup0", "speedup0_lo", "speedup0_hi",
                                      "rps_star", "rps_star_lo", "rps_star_hi", "p_break_even"])
     pred = model.predict(pd.concat([sd, base], ignore_index=True), seed=seed)
-    c1, c2 = _full_coefficients(pred)
+    c1, c2 = full_coefficients(pred)
     n = len(sd)
     first, second = {"obs": slice(0, n)}, {"obs": slice(n, 2 * n)}
     c1_sd, c2_sd = c1.isel(first), c2.isel(first)
@@ -199,7 +199,8 @@ def headline(model, seed: int = 0) -> pd.DataFrame:
     })
 
 
-def _full_coefficients(pred: xr.Dataset):
+def full_coefficients(pred: xr.Dataset):
+    """``(C1, C2)`` draws from predicted parts; for ``moe``, at full coverage (``phi = 1``)."""
     if "C1" in pred:
         return pred["C1"], pred["C2"]
     return pred["C1u"] + pred["C1s"], pred["C2u"] + pred["C2s"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import warnings
 
 import typer
 from rich.console import Console
@@ -66,4 +67,7 @@ for _verb in VERBS:
 
 def main() -> None:
     """Entry point of the ``bayeslat`` console script."""
+    # The fits compile through numba (nutpie) and the models have no BLAS-heavy ops, so
+    # PyTensor's advice to install BLAS through conda is noise to a user.
+    warnings.filterwarnings("ignore", message="PyTensor could not link to a BLAS")
     app(prog_name="bayeslat")

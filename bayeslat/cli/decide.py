@@ -10,7 +10,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from bayeslat.cli.options import console, parse_floats, quiet_pymc
+from bayeslat.cli.options import make_console, parse_floats, quiet_pymc
 from bayeslat.errors import InputError
 
 FORMATS = ("table", "json", "vllm")
@@ -120,7 +120,7 @@ def _records(df):
 
 
 def _print_tables(decisions, break_even, risk):
-    out = console()
+    out = make_console()
     for (name, a), part in decisions.groupby(["setup", "alpha"], sort=False):
         table = Table(title=f"{name}, alpha = {a:g}", title_justify="left")
         for header in ("rps", "k neutral", f"k risk ≤{risk:g}", "speedup", "90% band",

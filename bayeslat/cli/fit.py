@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from bayeslat.cli.options import make_console
 from bayeslat.errors import FitError
 
 # Headline rows shown in the terminal; the file holds them all.
@@ -39,7 +38,7 @@ def command(
     """
     from bayeslat import fit
 
-    console = Console()
+    console = make_console()
     with console.status("fitting") as status:
         result = fit.run(data, model, output=output, config=config, draws=draws, tune=tune,
                          chains=chains, seed=seed, sampler=sampler, overwrite=overwrite,
@@ -78,7 +77,8 @@ def _headline_table(head) -> Table:
                             ("RPS* (req/s)", "right"), ("P(RPS* exists)", "right")):
         table.add_column(header, justify=justify)
     for row in head.head(MAX_ROWS).itertuples():
-        star = ("none" if not np.isfinite(row.rps_star) else
+        # RPS* is summarised over the draws where it exists: show it when most do.
+        star = ("none" if not row.p_break_even >= 0.5 else
                 f"{row.rps_star:.3g} [{row.rps_star_lo:.3g}, {row.rps_star_hi:.3g}]")
         table.add_row(row.config,
                       f"{row.speedup0:.3f} [{row.speedup0_lo:.3f}, {row.speedup0_hi:.3f}]",

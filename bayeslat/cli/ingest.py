@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from bayeslat.cli.options import make_console
 from bayeslat.errors import InputError
 
 # CLI options that become metadata keys (they win over every metadata file).
@@ -64,7 +65,7 @@ def command(
                      strict=True))
     overrides = {key: str(v) if isinstance(v, Path) else v
                  for key, v in given.items() if v is not None}
-    console = Console()
+    console = make_console()
     with Progress(TextColumn("reading reports"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.description}"), console=Console(stderr=True),
                   transient=True) as bar:

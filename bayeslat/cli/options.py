@@ -23,7 +23,7 @@ def parse_floats(text: str, option: str) -> np.ndarray:
                          "or start:stop:count (0:10:11)", field=option) from None
 
 
-def console() -> Console:
+def make_console() -> Console:
     """A console for tables: the terminal's width, or 120 columns when piped to a file."""
     return Console() if sys.stdout.isatty() else Console(width=120)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
+
+from bayeslat.cli.options import make_console, quiet_pymc
 
 
 def command(
@@ -28,8 +29,10 @@ def command(
     """
     from bayeslat import report
 
+    quiet_pymc()
+
     output = output if output is not None else Path("reports") / f"{models[0].stem}.html"
-    console = Console()
+    console = make_console()
     with console.status("writing the report") as status:
         path = report.write(models, output, overwrite=overwrite, seed=seed,
                             status=lambda msg: status.update(msg))

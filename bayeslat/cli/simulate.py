@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bayeslat.cli.options import make_console
 from bayeslat.errors import InputError
 
 
@@ -62,7 +62,7 @@ def command(
         from bayeslat.simulate.reports import write_reports
 
         written = write_reports(table, requests, reports, overwrite=overwrite)
-        Console().print(f"wrote {len(written)} GuideLLM reports to {reports}")
+        make_console().print(f"wrote {len(written)} GuideLLM reports to {reports}")
     _summary(table, group_labels(table), preset, output)
 
 
@@ -81,7 +81,7 @@ def _summary(table, groups, preset: str, output: Path) -> None:
         configs = rows.groupby(["method", "drafter", "alpha", "k"], dropna=False).ngroups
         view.add_row(label, str(configs), str(len(rows)), str(int(rows["saturated"].sum())),
                      f"{sync.iloc[0]:.3g}", f"{ceiling.iloc[0]:.3g}")
-    console = Console()
+    console = make_console()
     console.print(view)
     console.print(f"wrote {len(table)} rows ({int(table['saturated'].sum())} flagged saturated) "
                   f"to {output}")

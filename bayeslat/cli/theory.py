@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from bayeslat import theory
-from bayeslat.cli.options import parse_floats
+from bayeslat.cli.options import make_console, parse_floats
 from bayeslat.errors import InputError
 
 
@@ -45,7 +44,7 @@ def command(
         shown = ("SD saturated" if not np.isfinite(ls) else
                  "baseline saturated" if not np.isfinite(ld) else f"{s:.3f}")
         table.add_row(f"{r:g}", _fmt(ld), _fmt(ls), shown, style=style)
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(f"C1R = {c1r:.3f}  C2R = {c2r:.3f}  saturation: baseline {1 / c2_d:.3g} req/s, "
                   f"SD {1 / c2_sd:.3g} req/s")

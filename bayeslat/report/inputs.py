@@ -18,7 +18,7 @@ import xarray as xr
 from bayeslat import decide
 from bayeslat.data import schema
 from bayeslat.errors import BayeslatError
-from bayeslat.fit import _full_coefficients as full_coefficients
+from bayeslat.fit import full_coefficients
 from bayeslat.report import page
 
 MAX_DRAWS = 400
