@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from bayeslat.cli.options import make_console
+from bayeslat.cli.options import make_console, quiet_pymc
 from bayeslat.errors import FitError
 
 # Headline rows shown in the terminal; the file holds them all.
@@ -37,6 +37,8 @@ def command(
     Convergence needs max R-hat <= 1.01, bulk and tail ESS >= 400 and no divergences.
     """
     from bayeslat import fit
+
+    quiet_pymc()
 
     console = make_console()
     with console.status("fitting") as status:
