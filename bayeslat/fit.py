@@ -99,6 +99,10 @@ def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed:
         idata = backend.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores,
                                seed=seed, progress_bar=progressbar, save_warmup=False,
                                target_accept=TARGET_ACCEPT)
+        # nutpie also keeps the sampler's unconstrained values (``*_log__``); PyMC does not, and
+        # they would only double the file and the diagnostics' variables
+        idata.posterior = idata.posterior.drop_vars(
+            [v for v in idata.posterior.data_vars if v.endswith("__")])
     else:
         kwargs = {"nuts_sampler": "numpyro"} if sampler == "numpyro" else {}
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed,

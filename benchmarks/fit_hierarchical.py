@@ -64,8 +64,28 @@ def main() -> None:
     print(f"max R-hat {diag.max_rhat:.3f}, min bulk ESS {diag.min_ess_bulk:.0f}, "
           f"min tail ESS {diag.min_ess_tail:.0f}, divergences {diag.divergences}, "
           f"ESS/s {diag.min_ess_bulk / wall:.1f} (min bulk ESS over wall time)")
+    stats = idata.sample_stats
+    print(f"NUTS: mean tree depth {float(stats['depth'].mean()):.1f}, mean leapfrog steps per draw "
+          f"{float(stats['n_steps'].mean()):.0f}")
+    scalars = mixing(idata)
+    print("slowest mixing:", ", ".join(f"{name} (bulk ESS {ess:.0f}, R-hat {rhat:.3f})"
+                                       for ess, rhat, name in scalars[:3]))
+    ess, rhat, name = max(scalars, key=lambda s: s[1])
+    print(f"highest R-hat: {name} ({rhat:.3f}, bulk ESS {ess:.0f})")
     print("converged" if diag.converged else f"NOT converged: {'; '.join(diag.problems())}")
 
+
+def mixing(idata) -> list[tuple[float, float, str]]:
+    """Every posterior scalar as ``(bulk ESS, R-hat, name[index])``, lowest ESS first."""
+    import arviz as az
+    import numpy as np
+
+    ess, rhat = az.ess(idata.posterior, method="bulk"), az.rhat(idata.posterior)
+    out = []
+    for name in ess.data_vars:
+        e, r = np.ravel(ess[name].values), np.ravel(rhat[name].values)
+        out += [(e[i], r[i], f"{name}[{i}]" if e.size > 1 else name) for i in range(e.size)]
+    return sorted(out)
 
 if __name__ == "__main__":
     main()

@@ -45,6 +45,9 @@ def recovery():
 def test_recovery_converges(recovery):
     _, idata, _ = recovery
     converged(fit.diagnostics(idata))
+    # the model's variables only, not nutpie's unconstrained values
+    assert not [v for v in idata.posterior.data_vars if v.endswith("__")]
+    assert {"tau_c1p", "c1p", "z_c1p"} <= set(idata.posterior.data_vars)
 
 
 def test_population_coefficients_inside_their_95_intervals(recovery):
