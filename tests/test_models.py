@@ -11,7 +11,7 @@ from pymc.testing import mock_sample
 
 import bayeslat
 from bayeslat import fit
-from bayeslat.errors import FitError
+from bayeslat.errors import FitError, NumericalError
 from bayeslat.models import VARIANTS, get
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom
 from bayeslat.models.start import MAX_LOAD
@@ -140,6 +140,25 @@ def test_start_is_feasible_and_finite():
                                           rows["decode_tokens"])
     assert (rows["rps"] * c2).max() <= MAX_LOAD + 1e-9
     assert np.isfinite(model.check_start(model.build()))
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_start_check_works_without_a_c_compiler(variant):
+    """PyTensor's Python mode (no C compiler) cannot build one Add of more than 32 terms, which
+    the moe model's log density has; the start check must not need it."""
+    import pytensor
+
+    model = get(variant)(table(variant))
+    with pytensor.config.change_flags(cxx=""):
+        assert np.isfinite(model.check_start(model.build()))
+
+
+def test_start_check_names_the_term_that_is_not_finite(monkeypatch):
+    model = get("hierarchical")(table("hierarchical"))
+    start = model.initial_values()
+    monkeypatch.setattr(model, "initial_values", lambda: start | {"sigma": 0.0})
+    with pytest.raises(NumericalError, match="sigma"):
+        model.check_start(model.build())
 
 
 def test_barrier_is_exact_when_unsaturated_and_finite_far_past():

@@ -240,13 +240,14 @@ class LatencyModel:
 
         point = make_initial_point_fn(model=model, overrides=self.initial_values(),
                                       jitter_rvs=set(), return_transformed=True)(0)
-        logp = float(model.compile_logp()(point))
-        if not np.isfinite(logp):
-            bad = {name: float(v) for name, v in model.point_logps(point).items()
-                   if not np.isfinite(v)}
+        # one term per variable: no single Add of them all, which PyTensor's Python mode (no C
+        # compiler) cannot build past 32 inputs
+        terms = model.point_logps(point, round_vals=16)
+        bad = {name: float(v) for name, v in terms.items() if not np.isfinite(v)}
+        if bad:
             raise NumericalError(f"the log density at the start is not finite ({bad}); the data "
                                  "may have points past saturation that are not flagged")
-        return logp
+        return float(sum(terms.values()))
 
     # -- fitting, saving, loading --------------------------------------------------------------
     def fit(self, **kwargs):
