@@ -80,6 +80,7 @@ def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed:
     posterior's attrs. Sets and returns ``model.idata``.
     """
     import pymc as pm
+    import pytensor
 
     if sampler not in SAMPLERS:
         raise FitError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
@@ -105,6 +106,10 @@ def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed:
             [v for v in idata.posterior.data_vars if v.endswith("__")])
     else:
         kwargs = {"nuts_sampler": "numpyro"} if sampler == "numpyro" else {}
+        if sampler == "pymc" and not pytensor.config.cxx:
+            # without a C compiler PyTensor falls back to its Python mode, which cannot build
+            # the moe model's log density (one Add of more than 32 terms); numba can
+            kwargs["compile_kwargs"] = {"mode": "NUMBA"}
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed,
                           init="adapt_diag", initvals=model.initial_values(),
                           progressbar=progressbar, model=pm_model,

@@ -22,6 +22,7 @@ import pandas as pd
 
 from bayeslat import fit
 from bayeslat.data import schema
+from bayeslat.fit import MIN_ESS
 from bayeslat.models.hierarchical import HierarchicalModel
 from bayeslat.models.start import curve_fits
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
@@ -68,6 +69,12 @@ def main() -> None:
     print(f"NUTS: mean tree depth {float(stats['depth'].mean()):.1f}, mean leapfrog steps per draw "
           f"{float(stats['n_steps'].mean()):.0f}")
     scalars = mixing(idata)
+    # what the posterior asks of any implementation: times the cost of one evaluation
+    # (benchmarks/logp_floor.py) this bounds the sampling time from below
+    grads = float(stats["n_steps"].sum())
+    print(f"gradient evaluations after tuning: {grads:.0f}, {grads / scalars[0][0]:.0f} per "
+          f"effective draw of the slowest variable, {grads / scalars[0][0] * MIN_ESS:.0f} for "
+          f"a bulk ESS of {MIN_ESS}")
     print("slowest mixing:", ", ".join(f"{name} (bulk ESS {ess:.0f}, R-hat {rhat:.3f})"
                                        for ess, rhat, name in scalars[:3]))
     ess, rhat, name = max(scalars, key=lambda s: s[1])

@@ -111,3 +111,19 @@ def test_hierarchical_fit_of_the_shipped_example(tmp_path):
     y = model.rows["log_latency"].to_numpy()
     coverage = float(((lo.values <= y) & (y <= hi.values)).mean())
     assert 0.85 <= coverage <= 0.95, coverage
+
+
+def test_pymc_sampler_runs_the_moe_model_without_a_c_compiler():
+    """Without a C compiler PyTensor's Python mode cannot build the moe log density (one Add of
+    more than 32 terms); the pymc sampler then compiles with numba."""
+    import pytensor
+
+    df, _ = sample_sweep(SamplerSpec(prefill_tokens=(128.0, 512.0), decode_tokens=(64.0,),
+                                     alphas=(0.6, 0.9), ks=(2, 4), n_rates=4,
+                                     moe=(8, 128, 0.6, 0.3)), seed=5)
+    model = get("moe")(df)
+    with pytensor.config.change_flags(cxx=""):
+        idata = fit.sample(model, draws=20, tune=20, chains=1, sampler="pymc",
+                           progressbar=False)
+    assert idata.posterior.sizes["draw"] == 20
+    assert np.isfinite(idata.log_likelihood["log_latency"].values).all()
