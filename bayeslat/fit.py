@@ -152,7 +152,6 @@ def _complete(idata, pm_model) -> None:
                                   compile_kwargs=fast_mode(idata))
 
 
-
 def diagnostics(idata, seconds: float = float("nan")) -> Diagnostics:
     """Max R-hat, min bulk and tail ESS over every posterior variable, and divergences."""
     import arviz as az

@@ -22,7 +22,6 @@ import pandas as pd
 
 from bayeslat import fit
 from bayeslat.data import schema
-from bayeslat.fit import MIN_ESS
 from bayeslat.models.hierarchical import HierarchicalModel
 from bayeslat.models.start import curve_fits
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
@@ -72,9 +71,10 @@ def main() -> None:
     # what the posterior asks of any implementation: times the cost of one evaluation
     # (benchmarks/logp_floor.py) this bounds the sampling time from below
     grads = float(stats["n_steps"].sum())
-    print(f"gradient evaluations after tuning: {grads:.0f}, {grads / scalars[0][0]:.0f} per "
-          f"effective draw of the slowest variable, {grads / scalars[0][0] * MIN_ESS:.0f} for "
-          f"a bulk ESS of {MIN_ESS}")
+    per_draw = grads / scalars[0][0]
+    print(f"gradient evaluations after tuning: {grads:.0f}, {per_draw:.0f} per effective draw "
+          f"of the slowest variable, {per_draw * fit.MIN_ESS:.0f} for a bulk ESS of "
+          f"{fit.MIN_ESS}")
     print("slowest mixing:", ", ".join(f"{name} (bulk ESS {ess:.0f}, R-hat {rhat:.3f})"
                                        for ess, rhat, name in scalars[:3]))
     ess, rhat, name = max(scalars, key=lambda s: s[1])
@@ -93,6 +93,7 @@ def mixing(idata) -> list[tuple[float, float, str]]:
         e, r = np.ravel(ess[name].values), np.ravel(rhat[name].values)
         out += [(e[i], r[i], f"{name}[{i}]" if e.size > 1 else name) for i in range(e.size)]
     return sorted(out)
+
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from bayeslat.cli.options import make_console, parse_floats, quiet_pymc
+from bayeslat.cli.options import make_console, parse_floats, quiet_pymc, shows_rps_star
 from bayeslat.errors import InputError
 
 FORMATS = ("table", "json", "vllm")
@@ -138,8 +138,7 @@ def _print_tables(decisions, break_even, risk):
                        "alert"):
             table.add_column(header, justify="right")
         for r in be.itertuples():
-            # RPS* is summarised over the draws where it exists: show it when most do.
-            likely = r.p_break_even >= 0.5
+            likely = shows_rps_star(r.p_break_even)
             table.add_row(str(int(r.k)), f"{r.c1r:.3f}", f"{r.c2r:.3f}", f"{r.p_c2r_above_1:.2f}",
                           f"{r.rps_star:.3g}" if likely else "none",
                           f"{r.rps_star_q05:.3g}–{r.rps_star_q95:.3g}" if likely else "",

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from bayeslat.cli.options import make_console, quiet_pymc
+from bayeslat.cli.options import make_console, quiet_pymc, shows_rps_star
 from bayeslat.errors import FitError
 
 # Headline rows shown in the terminal; the file holds them all.
@@ -79,8 +79,7 @@ def _headline_table(head) -> Table:
                             ("RPS* (req/s)", "right"), ("P(RPS* exists)", "right")):
         table.add_column(header, justify=justify)
     for row in head.head(MAX_ROWS).itertuples():
-        # RPS* is summarised over the draws where it exists: show it when most do.
-        star = ("none" if not row.p_break_even >= 0.5 else
+        star = ("none" if not shows_rps_star(row.p_break_even) else
                 f"{row.rps_star:.3g} [{row.rps_star_lo:.3g}, {row.rps_star_hi:.3g}]")
         table.add_row(row.config,
                       f"{row.speedup0:.3f} [{row.speedup0_lo:.3f}, {row.speedup0_hi:.3f}]",

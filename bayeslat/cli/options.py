@@ -1,4 +1,4 @@
-"""Parsers for option values shared by several verbs."""
+"""Option parsers and terminal helpers shared by several verbs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def parse_floats(text: str, option: str) -> np.ndarray:
     except ValueError:
         raise InputError(f"cannot read {text!r}; give numbers separated by commas (0,2,4) "
                          "or start:stop:count (0:10:11)", field=option) from None
+
+
+def shows_rps_star(p_break_even: float) -> bool:
+    """Whether a table shows RPS*: it is summarised over the draws where it exists, so only
+    where most draws have one."""
+    return p_break_even >= 0.5
 
 
 def make_console() -> Console:
