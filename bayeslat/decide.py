@@ -1,29 +1,64 @@
 r"""Decisions from posterior draws: speedup bands, RPS*, k*, regret, risk-aware choices.
 
-Everything here works on posterior *draws* of the effective coefficients ``C1`` and ``C2`` as
-xarray DataArrays with a ``sample`` dim (chains and draws stacked), a ``k`` dim that includes
-``k = 0`` (the baseline without SD), and any other dims (``alpha``, ``group``, ...), which are
-carried through. A fitted model produces such draws for measured or new configurations; this
-module does not know which variant made them. All formulas come from :mod:`bayeslat.theory`.
+Everything here works on posterior *draws* of the effective coefficients as xarray DataArrays
+with a ``sample`` dim (chains and draws stacked), a ``k`` dim that includes ``k = 0`` (the
+baseline without SD), and any other dims (``alpha``, ``setup``, ...), which are carried through.
+The coefficients are ``C1``, ``C2`` (the paper's model) and, for the capacity variants, ``C3``
+and ``Q`` (the compute wall, DESIGN.md §2a); an MoE verifier passes its latency draws (the
+coverage fixed point) directly. A fitted model produces such draws for measured or new
+configurations; this module does not know which variant made them. All formulas come from
+:mod:`bayeslat.theory`.
 
 Per draw :math:`s`, load ``rps`` and draft length :math:`k`:
 
 .. math::
-    L_{s,k} = \frac{C_{1,s,k}}{1 - \mathrm{rps}\,C_{2,s,k}}, \qquad
-    S_{s,k} = L_{s,0} / L_{s,k}, \qquad
-    k^*_s = \arg\min_k L_{s,k}, \qquad
-    \mathrm{regret}_k = \mathbb{E}_s\bigl[L_{s,k} / \min_j L_{s,j} - 1\bigr].
+    L_{s,k} = \frac{C_{1,s,k}}{1 - \mathrm{rps}\,C_{2,s,k}}
+              + Q_{s,k}\,C_{3,s,k}\,\frac{\rho}{1-\rho}, \quad \rho = \mathrm{rps}\,C_{3,s,k},
+    \qquad S_{s,k} = L_{s,0} / L_{s,k}, \qquad k^*_s = \arg\min_k L_{s,k},
 
-Policies (DESIGN.md §4):
+with ``Q = C3 = 0`` for the paper's model. ``L = inf`` past the capacity
+``1/max(C2, C3)``: the queue grows without bound there.
 
-- risk-neutral: the k with the largest posterior mean speedup;
-- risk-aware: the k with the largest ``quantile`` of speedup, or, given ``epsilon``, the k with the
-  largest mean among those with :math:`P(S_k < 1) \le \epsilon` (``k = 0`` always qualifies);
+Saturation and the choice of k
+------------------------------
+A draft length *saturates* at a load in a draw when the load is past its capacity in that draw;
+``p_saturated`` is the share of draws where it does. A server past its capacity does not run
+slowly, it falls behind without bound, so no expected saving can pay for that risk: **a k that
+saturates in more than** ``max_saturated`` (default :data:`MAX_SATURATED`, 5%) **of the draws
+at a load is not eligible there, under either policy**, and where no k is eligible the choice
+is empty (NaN; tables say "saturated"): the load is past what the deployment can serve.
+
+- risk-neutral: among eligible k, the one with the lowest posterior expected latency
+  :math:`\mathbb{E}_s[L_{s,k}]` (equivalently the largest ratio of expectations
+  :math:`\mathbb{E}[L_0]/\mathbb{E}[L_k]`), the means taken over the draws in which every
+  eligible k is unsaturated. It is *not* the largest mean speedup :math:`\mathbb{E}[S_k]`: the
+  speedup ratio has a heavy right tail (a few draws with a tiny ``L_k``), and maximising its
+  mean can choose a k that is slower in most draws;
+- risk-aware: among eligible k with :math:`P(L_k > L_0) \le \epsilon` (``k = 0`` always
+  qualifies while eligible), the one with the lowest expected latency; or, given a
+  ``quantile``, the eligible k with the largest lower quantile of speedup;
+- expected regret of each k: :math:`\mathbb{E}_s[L_{s,k} / \min_j L_{s,j} - 1 \mid
+  L_{s,k} < \infty]`, over the draws where that k is unsaturated (finite), with
+  ``p_saturated`` beside it for the rest;
 - alert line: a low quantile (5% by default) of the load at which SD starts to hurt (RPS*, or 0
-  where SD is slower even idle, ``inf`` where it never hurts), a conservative load to alert on.
+  where SD is slower even idle, ``inf`` where it never hurts below the baseline's capacity),
+  a conservative load to alert on.
 
 Draws in which the baseline itself is saturated at a load say nothing about speedup there; they
 are left out of speedup means and quantiles (``nan``), and ``p_valid`` reports the share kept.
+``P(SD hurts)`` counts the draws where SD is slower than the baseline (a saturated SD against
+an unsaturated baseline hurts; two saturated servers do not count).
+
+What was measured
+-----------------
+:func:`from_model` labels what lies outside the measurements: ``extrapolated`` (per setup and
+load) is true past the highest load measured in the setup's group, and everywhere for a setup
+never measured (other lengths or model sizes, predicted by the scaling laws);
+``rps_star_beyond_capacity`` and ``alert_beyond_capacity`` flag an RPS* (median) or alert line
+above the measured ceiling (the baseline's throughput benchmark, or the highest measured rate
+where there is none). :func:`default_loads` gives each setup its own grid up to that ceiling.
+A group with SD rows but no baseline (``k = 0``) rows is refused: its speedups would come from
+the priors alone.
 """
 
 from __future__ import annotations
@@ -40,6 +75,13 @@ from bayeslat.errors import InputError
 
 SAMPLE = "sample"
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+# Largest share of draws in which a k may saturate at a load and still be chosen there.
+MAX_SATURATED = 0.05
+# Loads in a setup's default grid (0 to its measured ceiling).
+GRID_POINTS = 12
+# Columns that tell one setup (a group with its drafter) from another.
+SETUP_COLUMNS = (*schema.GROUP_COLUMNS, "verifier_params_b", "method", "drafter",
+                 "drafter_params_b")
 
 
 def stack_draws(obj):
@@ -72,11 +114,22 @@ def _check_k(c1: xr.DataArray) -> None:
                          "(the baseline)", field="k")
 
 
-def latency_draws(c1: xr.DataArray, c2: xr.DataArray, rps) -> xr.DataArray:
-    """Latency draws ``L = C1/(1 − rps·C2)`` (s) with an ``rps`` dim; ``inf`` when saturated."""
+def _base(da):
+    """The baseline (``k = 0``) of a coefficient, or the scalar itself."""
+    return da.sel(k=0) if isinstance(da, xr.DataArray) and "k" in da.dims else da
+
+
+def _extras(c3, q):
+    """``(c3, q)`` with None as the paper's 0 (scalars, so theory takes its closed forms)."""
+    return (0.0 if c3 is None else c3), (0.0 if q is None else q)
+
+
+def latency_draws(c1: xr.DataArray, c2: xr.DataArray, rps, c3=None, q=None) -> xr.DataArray:
+    """Latency draws (s) with an ``rps`` dim, ``C1/(1 − rps·C2) + Q·C3·ρ/(1 − ρ)``,
+    ``ρ = rps·C3`` (``c3``, ``q`` None: the paper's model); ``inf`` when saturated."""
     rps = xr.DataArray(np.asarray(rps, dtype=float), dims="rps", name="rps",
                        coords={"rps": np.asarray(rps, dtype=float)})
-    return theory.latency(rps, c1, c2).rename("latency")
+    return theory.latency(rps, c1, c2, *_extras(c3, q)).rename("latency")
 
 
 def speedup_draws(lat: xr.DataArray) -> xr.DataArray:
@@ -86,10 +139,29 @@ def speedup_draws(lat: xr.DataArray) -> xr.DataArray:
         return (base / lat).where(np.isfinite(base)).rename("speedup")
 
 
-def break_even_draws(c1: xr.DataArray, c2: xr.DataArray) -> xr.DataArray:
-    """RPS* draws (req/s) of each k against k = 0; NaN where no break-even exists."""
+def break_even_draws(c1: xr.DataArray, c2: xr.DataArray, c3=None, q=None) -> xr.DataArray:
+    """RPS* draws (req/s) of each k against k = 0; NaN where no break-even exists below the
+    baseline's capacity. With ``c3``, ``q`` the first crossing of the capacity form
+    (:func:`bayeslat.theory.break_even_rps`)."""
     _check_k(c1)
-    return theory.break_even_rps(c1.sel(k=0), c2.sel(k=0), c1, c2).rename("rps_star")
+    c3, q = _extras(c3, q)
+    return theory.break_even_rps(c1.sel(k=0), c2.sel(k=0), c1, c2, _base(c3), _base(q), c3,
+                                 q).rename("rps_star")
+
+
+def capacity_draws(c2: xr.DataArray, c3=None) -> xr.DataArray:
+    """The saturation rate (req/s) of each draw, ``1/max(C2, C3)``."""
+    return theory.capacity(c2, _extras(c3, None)[0]).rename("capacity")
+
+
+def saturated_share(lat: xr.DataArray) -> xr.DataArray:
+    """``p_saturated``: the share of draws in which the load is past that k's capacity."""
+    return (~np.isfinite(lat)).mean(SAMPLE).rename("p_saturated")
+
+
+def eligible(lat: xr.DataArray, max_saturated: float = MAX_SATURATED) -> xr.DataArray:
+    """Which k may be chosen at each load: saturated in at most ``max_saturated`` of draws."""
+    return saturated_share(lat) <= max_saturated
 
 
 def best_k_draws(lat: xr.DataArray) -> xr.DataArray:
@@ -105,54 +177,104 @@ def p_best_k(lat: xr.DataArray) -> xr.DataArray:
 
 
 def expected_regret(lat: xr.DataArray) -> xr.DataArray:
-    """Expected relative latency cost of choosing each k: ``E[L_k / min_j L_j − 1]``.
+    """Expected relative latency cost of choosing each k, over the draws where it is unsaturated:
+    ``E[L_k / min_j L_j − 1 | L_k finite]``.
 
-    0 for a k that is best in every draw; ``inf`` for a k that saturates in some draw where
-    another does not.
+    0 for a k that is best in every draw; always finite (NaN only for a k saturated in every
+    draw). Read it with :func:`saturated_share`: the draws left out are those where the choice
+    cannot serve the load at all.
     """
     best = lat.min("k")
     with np.errstate(invalid="ignore"):
-        ratio = (lat / best - 1.0).where(np.isfinite(best))
-    return ratio.mean(SAMPLE, skipna=True).rename("regret")
+        ratio = (lat / best - 1.0).where(np.isfinite(lat))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return ratio.mean(SAMPLE, skipna=True).rename("regret")
 
 
-def risk_neutral_k(speedup: xr.DataArray) -> xr.DataArray:
-    """The k with the largest posterior mean speedup."""
-    return speedup.mean(SAMPLE, skipna=True).fillna(-np.inf).idxmax("k").rename("k_neutral")
+def expected_latency(lat: xr.DataArray) -> xr.DataArray:
+    """Posterior mean latency (s) of each k over the draws where it is unsaturated."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return lat.where(np.isfinite(lat)).mean(SAMPLE, skipna=True).rename("expected_latency")
 
 
-def risk_aware_k(speedup: xr.DataArray, quantile: float | None = None,
-                 epsilon: float | None = None) -> xr.DataArray:
-    """The risk-aware choice of k.
+def p_sd_hurts(lat: xr.DataArray) -> xr.DataArray:
+    """``P(L_k > L_0)``: the share of draws in which k is slower than the baseline (a saturated
+    k against an unsaturated baseline is slower; both saturated is not counted)."""
+    return (lat > lat.sel(k=0)).mean(SAMPLE).rename("p_sd_hurts")
+
+
+def _lowest_expected(lat: xr.DataArray, allowed: xr.DataArray) -> xr.DataArray:
+    """Among ``allowed`` k, the one with the lowest mean latency over the draws in which every
+    allowed k is unsaturated; NaN where none is allowed."""
+    common = np.isfinite(lat).where(allowed, True).all("k")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = lat.where(common).mean(SAMPLE, skipna=True).where(allowed)
+    found = mean.notnull().any("k")
+    return mean.fillna(np.inf).idxmin("k").where(found)
+
+
+def risk_neutral_k(lat: xr.DataArray, max_saturated: float = MAX_SATURATED) -> xr.DataArray:
+    """The eligible k (:func:`eligible`) with the lowest posterior expected latency.
 
     Parameters
     ----------
-    speedup
-        Speedup draws with ``sample`` and ``k`` dims.
+    lat
+        Latency draws (s) with ``sample`` and ``k`` dims (``inf`` where saturated).
+    max_saturated
+        Largest share of draws in which a chosen k may saturate.
+
+    Returns
+    -------
+    k per the other dims; NaN where no k is eligible. Ties go to the smallest k.
+    """
+    return _lowest_expected(lat, eligible(lat, max_saturated)).rename("k_neutral")
+
+
+def risk_aware_k(lat: xr.DataArray, quantile: float | None = None,
+                 epsilon: float | None = None,
+                 max_saturated: float = MAX_SATURATED) -> xr.DataArray:
+    """The risk-aware choice of k among the eligible ones (:func:`eligible`).
+
+    Parameters
+    ----------
+    lat
+        Latency draws (s) with ``sample`` and ``k`` dims (``inf`` where saturated).
     quantile
         Maximise this lower quantile of speedup (e.g. 0.05).
     epsilon
-        Maximise the mean among k with ``P(speedup < 1) <= epsilon``. Exactly one of
+        The lowest expected latency among k with ``P(L_k > L_0) <= epsilon``. Exactly one of
         ``quantile`` and ``epsilon`` is given.
+    max_saturated
+        Largest share of draws in which a chosen k may saturate.
+
+    Returns
+    -------
+    k per the other dims; NaN where no k qualifies.
     """
     if (quantile is None) == (epsilon is None):
         raise InputError("give exactly one of a quantile and an epsilon", field="risk")
-    if quantile is not None:
-        score = speedup.quantile(quantile, dim=SAMPLE, skipna=True).drop_vars("quantile")
-    else:
-        p_loss = (speedup < 1).where(speedup.notnull()).mean(SAMPLE, skipna=True)
-        score = speedup.mean(SAMPLE, skipna=True).where(p_loss <= epsilon)
-    return score.fillna(-np.inf).idxmax("k").rename("k_risk")
+    ok = eligible(lat, max_saturated)
+    if quantile is None:
+        return _lowest_expected(lat, ok & (p_sd_hurts(lat) <= epsilon)).rename("k_risk")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        score = speedup_draws(lat).quantile(quantile, dim=SAMPLE, skipna=True)
+    score = score.drop_vars("quantile").where(ok)
+    return score.fillna(-np.inf).idxmax("k").where(score.notnull().any("k")).rename("k_risk")
 
 
-def hurt_onset_draws(c1: xr.DataArray, c2: xr.DataArray) -> xr.DataArray:
+def hurt_onset_draws(c1: xr.DataArray, c2: xr.DataArray, c3=None, q=None) -> xr.DataArray:
     """The lowest load (req/s) at which each k is slower than k = 0, per draw.
 
     0 where SD is slower even at zero load (``C1R > 1``), RPS* where it helps below RPS* and
-    hurts above, ``inf`` where it never hurts below the baseline's saturation.
+    hurts above (with the compute wall: the first crossing, which comes at the latest at SD's
+    own capacity), ``inf`` where it never hurts below the baseline's capacity.
     """
     c1r, _ = theory.ratios(c1.sel(k=0), c2.sel(k=0), c1, c2)
-    star = break_even_draws(c1, c2)
+    star = break_even_draws(c1, c2, c3, q)
     return xr.where(c1r > 1, 0.0, star.fillna(np.inf)).rename("hurt_onset")
 
 
@@ -168,8 +290,10 @@ def alert_line(onset: xr.DataArray, quantile: float = 0.05) -> xr.DataArray:
 
 
 def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
-            quantile: float = 0.05, latency: xr.DataArray | None = None) -> xr.Dataset:
-    """Every decision quantity for the draws ``c1``, ``c2`` on the load grid ``rps``.
+            quantile: float = 0.05, latency: xr.DataArray | None = None, *,
+            c3: xr.DataArray | None = None, q: xr.DataArray | None = None,
+            max_saturated: float = MAX_SATURATED, measured=None, ceiling=None) -> xr.Dataset:
+    """Every decision quantity for the draws ``c1``, ``c2`` (``c3``, ``q``) on the loads ``rps``.
 
     Parameters
     ----------
@@ -179,43 +303,74 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     rps
         Loads (req/s) to evaluate.
     epsilon
-        Largest acceptable ``P(speedup < 1)`` for the risk-aware choice.
+        Largest acceptable ``P(SD hurts)`` for the risk-aware choice.
     quantile
         Quantile of the load at which SD starts to hurt, for the alert line.
     latency
         Latency draws (s) with an ``rps`` dim matching ``rps``, for models whose latency is not
-        ``C1/(1 − rps·C2)`` (MoE coverage); computed from ``c1``, ``c2`` when None.
+        the closed form (MoE coverage); computed from the coefficients when None.
+    c3, q
+        Draws of the compute wall (s/req, dimensionless), dims as ``c1``; None for the paper's
+        model.
+    max_saturated
+        Largest share of draws in which a chosen k may saturate (module docstring).
+    measured, ceiling
+        The highest measured load and the measured ceiling (req/s), scalars or DataArrays over
+        the other dims (NaN: nothing measured, everything extrapolated); None when unknown.
 
     Returns
     -------
-    Dataset with, over the inputs' dims plus ``rps`` and ``stat`` as fits: ``speedup`` (summary),
-    ``p_sd_hurts`` (``P(speedup < 1)``), ``c1r``, ``c2r`` (summaries), ``p_c2r_above_1`` (SD
-    that only helps at low load), ``rps_star`` (summary),
+    Dataset with, over the inputs' dims plus ``rps`` and ``stat`` as fits: ``speedup`` (summary
+    over the draws with an unsaturated baseline), ``p_sd_hurts``, ``latency`` and
+    ``expected_latency`` (s), ``p_saturated``, ``capacity`` (req/s, summary), ``c1r``, ``c2r``
+    (summaries), ``p_c2r_above_1`` (SD that only helps at low load), ``rps_star`` (summary),
     ``p_break_even``, ``rps_alert``, ``p_best_k``, ``regret``, ``k_neutral``, ``k_risk``,
-    ``p_valid`` (share of draws with an unsaturated baseline).
+    ``p_valid`` (share of draws with an unsaturated baseline), ``extrapolated``,
+    ``rps_star_beyond_capacity``, ``alert_beyond_capacity``, and, when given, ``rps_measured``
+    and ``rps_ceiling``.
     """
     _check_k(c1)
-    lat = latency_draws(c1, c2, rps) if latency is None else latency
+    lat = latency_draws(c1, c2, rps, c3, q) if latency is None else latency
     spd = speedup_draws(lat)
     c1r, c2r = theory.ratios(c1.sel(k=0), c2.sel(k=0), c1, c2)
-    star = break_even_draws(c1, c2)
+    star = break_even_draws(c1, c2, c3, q)
+    rps_star = _as_stat(summarize(star))
+    alert = alert_line(hurt_onset_draws(c1, c2, c3, q), quantile)
     out = xr.Dataset({
         "speedup": _as_stat(summarize(spd)),
-        "p_sd_hurts": (spd < 1).where(spd.notnull()).mean(SAMPLE, skipna=True),
+        "p_sd_hurts": p_sd_hurts(lat),
         "c1r": _as_stat(summarize(c1r)),
         "c2r": _as_stat(summarize(c2r)),
         "p_c2r_above_1": (c2r > 1).mean(SAMPLE),
-        "rps_star": _as_stat(summarize(star)),
+        "capacity": _as_stat(summarize(capacity_draws(c2, c3))),
+        "rps_star": rps_star,
         "p_break_even": star.notnull().mean(SAMPLE),
-        "rps_alert": alert_line(hurt_onset_draws(c1, c2), quantile),
+        "rps_alert": alert,
         "p_best_k": p_best_k(lat),
         "regret": expected_regret(lat),
-        "k_neutral": risk_neutral_k(spd),
-        "k_risk": risk_aware_k(spd, epsilon=epsilon),
-        "p_valid": spd.sel(k=0).notnull().mean(SAMPLE),
+        "p_saturated": saturated_share(lat),
+        "expected_latency": expected_latency(lat),
+        "k_neutral": risk_neutral_k(lat, max_saturated),
+        "k_risk": risk_aware_k(lat, epsilon=epsilon, max_saturated=max_saturated),
+        "p_valid": np.isfinite(lat.sel(k=0)).mean(SAMPLE),
         "latency": _as_stat(summarize(lat.where(np.isfinite(lat)))),
     })
-    out.attrs.update(epsilon=epsilon, alert_quantile=quantile)
+    grid = out["rps"]
+    if measured is None:
+        out["extrapolated"] = xr.zeros_like(grid, dtype=bool)
+    else:
+        measured = xr.DataArray(measured) if not isinstance(measured, xr.DataArray) else measured
+        out["rps_measured"] = measured
+        out["extrapolated"] = measured.isnull() | (grid > measured)
+    if ceiling is None:
+        out["rps_star_beyond_capacity"] = xr.zeros_like(out["p_break_even"], dtype=bool)
+        out["alert_beyond_capacity"] = xr.zeros_like(alert, dtype=bool)
+    else:
+        ceiling = xr.DataArray(ceiling) if not isinstance(ceiling, xr.DataArray) else ceiling
+        out["rps_ceiling"] = ceiling
+        out["rps_star_beyond_capacity"] = rps_star.sel(stat="q50", drop=True) > ceiling
+        out["alert_beyond_capacity"] = np.isfinite(alert) & (alert > ceiling)
+    out.attrs.update(epsilon=epsilon, alert_quantile=quantile, max_saturated=max_saturated)
     out["rps"].attrs["units"] = "req/s"
     return out
 
@@ -303,30 +458,140 @@ def setups(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def measured_loads(model, setup: pd.DataFrame) -> pd.DataFrame:
+    """What was measured for each setup: its group's highest measured load and ceiling.
+
+    Parameters
+    ----------
+    model
+        A fitted model: ``model.table`` (the fitted rows) and, where it has them,
+        ``model.ceilings`` (the throughput benchmarks, the measured capacity of each
+        configuration).
+    setup
+        Rows as returned by :func:`setups`, possibly edited.
+
+    Returns
+    -------
+    One row per setup (index ``setup``): ``rps_measured`` (req/s, the highest rate measured in
+    the setup's group; NaN for a group never measured), ``rps_ceiling`` (the baseline's
+    throughput benchmark of the group, or ``rps_measured`` where there is none),
+    ``ceiling_measured`` (whether it came from a throughput benchmark), ``new_setup`` (no row of
+    the fit has this group, drafter and model sizes: a prediction from the scaling laws).
+
+    Raises
+    ------
+    InputError
+        For a measured group with no baseline (``k = 0``) rows in the fit: its decisions would
+        come from the priors.
+    """
+    table = model.table
+    groups = schema.group_labels(table)
+    wanted = schema.group_labels(setup)
+    measured, with_base = set(groups), set(groups[(table["k"] == 0).to_numpy()])
+    for label, (_, row) in zip(wanted, setup.iterrows(), strict=True):
+        if label in measured and label not in with_base:
+            raise InputError(
+                f"the group '{label}' has no baseline (k = 0) rows in the fit, so its speedups "
+                f"and RPS* would come from the priors alone: measure a baseline sweep without SD "
+                f"of {row['verifier']} on {row['hardware']} at prefill {row['prefill_tokens']:g} "
+                f"and decode {row['decode_tokens']:g} tokens, ingest it with the SD sweeps and "
+                "refit", field="k")
+    highest = table["rps"].groupby(groups.to_numpy()).max()
+    ceilings = getattr(model, "ceilings", None)
+    top = pd.Series(dtype=float)
+    if ceilings is not None and len(ceilings):
+        base = ceilings[(ceilings["k"] == 0).to_numpy()]
+        top = base["rps"].groupby(schema.group_labels(base).to_numpy()).max()
+    keys = list(SETUP_COLUMNS)
+    sd = table[table["k"] > 0][keys].drop_duplicates()
+    known = setup[keys].merge(sd, on=keys, how="left", indicator=True)["_merge"] == "both"
+    out = pd.DataFrame({
+        "rps_measured": wanted.map(highest).to_numpy(float),
+        "rps_ceiling": wanted.map(top).to_numpy(float),
+        "new_setup": ~known.to_numpy(),
+    }, index=pd.Index(setup["setup"].to_numpy(), name="setup"))
+    out["ceiling_measured"] = out["rps_ceiling"].notna()
+    out["rps_ceiling"] = out["rps_ceiling"].fillna(out["rps_measured"])
+    return out
+
+
+def _baseline_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` as the baseline of their group: ``k = 0``, no drafter, no alpha."""
+    out = rows.copy()
+    out["k"] = 0
+    out[["method", "drafter"]] = "none"
+    out["drafter_params_b"] = 0.0
+    out["alpha"] = np.nan
+    return out
+
+
+def _capacity(pred: xr.Dataset) -> xr.DataArray:
+    """Capacity draws (req/s) from predicted parts (full coverage for an MoE verifier)."""
+    if "C1" in pred:
+        return capacity_draws(pred["C2"], pred["C3"] if "C3" in pred else None)
+    return capacity_draws(pred["C2u"] + pred["C2s"])
+
+
+def default_loads(model, setup: pd.DataFrame, points: int = GRID_POINTS,
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """Each setup's own load grid: ``points`` loads from 0 to its measured ceiling.
+
+    The ceiling is the baseline's throughput benchmark of the setup's group, or the group's
+    highest measured rate where there is none (:func:`measured_loads`). A group never measured
+    (a new length or model size) gets the posterior median of its baseline's capacity.
+
+    Returns
+    -------
+    ``{setup label: loads in req/s}``.
+    """
+    info = measured_loads(model, setup)
+    top = info["rps_ceiling"].copy()
+    missing = top.isna().to_numpy()
+    if missing.any():
+        rows = _baseline_rows(setup[missing]).assign(rps=0.0)
+        cap = stack_draws(_capacity(model.predict(rows, seed=seed)))
+        top[missing] = cap.where(np.isfinite(cap)).median(SAMPLE, skipna=True).values
+    return {label: np.linspace(0.0, float(value), points) for label, value in top.items()}
+
+
 def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0.05,
-               quantile: float = 0.05, seed: int = 0) -> xr.Dataset:
+               quantile: float = 0.05, seed: int = 0,
+               max_saturated: float = MAX_SATURATED) -> xr.Dataset:
     """Every decision quantity of :func:`analyse` for setups a fitted model predicts.
 
     Parameters
     ----------
     model
-        A fitted :class:`~bayeslat.models.base.LatencyModel` (from :func:`bayeslat.fit.load`).
+        A fitted :class:`~bayeslat.models.base.LatencyModel` (from :func:`bayeslat.fit.load`)
+        of any variant: its parts are ``C1``, ``C2`` (paper), ``C1``, ``C2``, ``C3``, ``Q``
+        (capacity) or the MoE split.
     setup
         Rows as returned by :func:`setups`, possibly edited (another prefill or decode length,
         another model size: the hierarchical variants predict those with the wider
-        uncertainty of a new group).
+        uncertainty of a new group, and every load of such a setup is ``extrapolated``).
     alpha, ks, rps
-        Acceptance rates, draft lengths (0 is added if missing) and loads (req/s) to evaluate.
+        Acceptance rates, draft lengths (0 is added if missing) and loads (req/s) to evaluate;
+        :func:`default_loads` gives a setup's own grid.
+    max_saturated
+        Largest share of draws in which a chosen k may saturate (module docstring).
 
     Returns
     -------
-    The Dataset of :func:`analyse` with a leading ``setup`` dim, and ``alpha``, ``k``, ``rps``.
-    For an MoE verifier the latencies solve the coverage fixed point at each load, and
-    ``c1r``, ``c2r``, ``rps_star`` use the full-coverage coefficients.
+    The Dataset of :func:`analyse` with a leading ``setup`` dim, and ``alpha``, ``k``, ``rps``,
+    plus ``new_setup``, ``rps_measured``, ``rps_ceiling``, ``ceiling_measured`` per setup
+    (:func:`measured_loads`). For an MoE verifier the
+    latencies solve the coverage fixed point at each load, and ``c1r``, ``c2r``,
+    ``rps_star``, ``capacity`` use the full-coverage coefficients.
+
+    Raises
+    ------
+    InputError
+        For a setup whose measured group has no baseline rows (:func:`measured_loads`).
     """
     alpha = np.atleast_1d(np.asarray(alpha, dtype=float))
     ks = np.unique(np.append(np.asarray(ks, dtype=int), 0))
     rps = np.atleast_1d(np.asarray(rps, dtype=float))
+    info = measured_loads(model, setup)
     moe = "C1" not in model.parts
     grid = pd.MultiIndex.from_product(
         [setup["setup"], alpha, ks] + ([rps] if moe else []),
@@ -347,50 +612,79 @@ def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0
         return da.drop_vars(["config", "rps"], errors="ignore").assign_coords(
             index).unstack("obs")
 
+    per_setup = info.to_xarray()
+    measured = per_setup["rps_measured"].where(~per_setup["new_setup"])
+    kwargs = {"epsilon": epsilon, "quantile": quantile, "max_saturated": max_saturated,
+              "measured": measured, "ceiling": per_setup["rps_ceiling"]}
     if moe:
         c1 = unstack(pred["C1u"] + pred["C1s"]).isel(rps=0, drop=True)
         c2 = unstack(pred["C2u"] + pred["C2s"]).isel(rps=0, drop=True)
-        out = analyse(c1, c2, rps, epsilon, quantile, latency=unstack(pred["latency"]))
+        out = analyse(c1, c2, rps, latency=unstack(pred["latency"]), **kwargs)
     else:
-        out = analyse(unstack(pred["C1"]), unstack(pred["C2"]), rps, epsilon, quantile)
+        extra = {name.lower(): unstack(pred[part]) for name, part in (("c3", "C3"), ("q", "Q"))
+                 if part in pred}
+        out = analyse(unstack(pred["C1"]), unstack(pred["C2"]), rps, **extra, **kwargs)
+    out["rps_measured"] = per_setup["rps_measured"]
+    out["ceiling_measured"] = per_setup["ceiling_measured"]
+    out["new_setup"] = per_setup["new_setup"]
     return out.transpose("setup", "alpha", "rps", "k", "stat", ...)
 
 
 def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     """One row per (setup, alpha, rps): the chosen k and what it is expected to give.
 
-    Columns: ``k_neutral``, ``k_risk``, and for the k of ``policy`` (``"risk"`` or
-    ``"neutral"``) its speedup median and 90% interval, ``P(SD hurts)`` and expected regret.
+    Columns: ``extrapolated`` (outside what was measured), ``k_neutral``, ``k_risk``, and for
+    the k of ``policy`` (``"risk"`` or ``"neutral"``) its speedup median and 90% interval,
+    ``P(SD hurts)``, expected regret (over the draws where it is unsaturated) and
+    ``p_saturated``; ``p_valid`` (share of draws with an unsaturated baseline). Where no k is
+    chosen (every k saturates too often) the chosen k's columns are NaN.
     """
     chosen = ds[f"k_{policy}"]
     at = {"k": chosen.fillna(0).astype(int)}
-    spd = ds["speedup"].sel(at).drop_vars("k")
+
+    def pick(da):
+        return da.sel(at).drop_vars("k").where(chosen.notnull())
+
+    spd = pick(ds["speedup"])
     table = xr.Dataset({
+        "extrapolated": ds["extrapolated"].broadcast_like(chosen),
         "k_neutral": ds["k_neutral"], "k_risk": ds["k_risk"],
         "speedup": spd.sel(stat="q50", drop=True),
         "speedup_q05": spd.sel(stat="q05", drop=True),
         "speedup_q95": spd.sel(stat="q95", drop=True),
-        "p_sd_hurts": ds["p_sd_hurts"].sel(at).drop_vars("k"),
-        "regret": ds["regret"].sel(at).drop_vars("k"), "p_valid": ds["p_valid"],
+        "p_sd_hurts": pick(ds["p_sd_hurts"]), "regret": pick(ds["regret"]),
+        "p_saturated": pick(ds["p_saturated"]), "p_valid": ds["p_valid"],
     })
-    return table.to_dataframe().reset_index()[
-        ["setup", "alpha", "rps", *table.data_vars]]
+    out = table.to_dataframe().reset_index()[["setup", "alpha", "rps", *table.data_vars]]
+    out["extrapolated"] = out["extrapolated"].astype(bool)
+    return out
 
 
 def break_even_table(ds: xr.Dataset) -> pd.DataFrame:
-    """One row per (setup, alpha, k > 0): C1R, C2R (medians), P(C2R > 1), RPS* (median, 90%),
-    P(break-even) and the alert line."""
+    """One row per (setup, alpha, k > 0): C1R, C2R (medians), P(C2R > 1), the capacity (median,
+    90%), RPS* (median, 90%), P(break-even), the alert line, and whether RPS* or the alert
+    line lie beyond the measured ceiling (``rps_star_beyond_capacity``,
+    ``alert_beyond_capacity``)."""
     sd = ds.sel(k=ds["k"] > 0)
+
     def stat(name, which):
         return sd[name].sel(stat=which, drop=True)
 
     table = xr.Dataset({
         "c1r": stat("c1r", "q50"), "c2r": stat("c2r", "q50"),
-        "p_c2r_above_1": sd["p_c2r_above_1"], "rps_star": stat("rps_star", "q50"),
+        "p_c2r_above_1": sd["p_c2r_above_1"],
+        "capacity": stat("capacity", "q50"), "capacity_q05": stat("capacity", "q05"),
+        "capacity_q95": stat("capacity", "q95"), "rps_star": stat("rps_star", "q50"),
         "rps_star_q05": stat("rps_star", "q05"), "rps_star_q95": stat("rps_star", "q95"),
         "p_break_even": sd["p_break_even"], "rps_alert": sd["rps_alert"],
+        "rps_star_beyond_capacity": sd["rps_star_beyond_capacity"].broadcast_like(
+            sd["p_break_even"]),
+        "alert_beyond_capacity": sd["alert_beyond_capacity"].broadcast_like(sd["rps_alert"]),
     })
-    return table.to_dataframe().reset_index()[["setup", "alpha", "k", *table.data_vars]]
+    out = table.to_dataframe().reset_index()[["setup", "alpha", "k", *table.data_vars]]
+    for col in ("rps_star_beyond_capacity", "alert_beyond_capacity"):
+        out[col] = out[col].astype(bool)
+    return out
 
 
 def vllm_config(ds: xr.Dataset, setup: str, alpha: float, method: str, drafter: str | None,
@@ -399,7 +693,7 @@ def vllm_config(ds: xr.Dataset, setup: str, alpha: float, method: str, drafter: 
 
     k*(rps) of ``policy`` over the Dataset's load grid becomes batch-size ranges through
     Little's law ``B = rps·L`` with the posterior median latency at the chosen k
-    (:func:`vllm_batch_ranges`).
+    (:func:`vllm_batch_ranges`); loads where no k is eligible are left out.
     """
     one = ds.sel(setup=setup, alpha=alpha)
     chosen = one[f"k_{policy}"]

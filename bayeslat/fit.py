@@ -148,8 +148,10 @@ def _complete(idata, pm_model) -> None:
                              found.items()}).assign_coords(obs=coords["obs"])
             idata.add_groups({group: ds})
     if "log_likelihood" not in idata.groups():
-        pm.compute_log_likelihood(idata, model=pm_model, progressbar=False,
-                                  compile_kwargs=fast_mode(idata))
+        # latency rows only: PSIS-LOO compares variants on the same observations, and the
+        # capacity variants' measured ceilings are data the paper's variants do not model
+        pm.compute_log_likelihood(idata, var_names=["log_latency"], model=pm_model,
+                                  progressbar=False, compile_kwargs=fast_mode(idata))
 
 
 def diagnostics(idata, seconds: float = float("nan")) -> Diagnostics:
@@ -177,7 +179,9 @@ def headline(model, seed: int = 0) -> pd.DataFrame:
     """Per SD configuration: zero-load speedup and RPS* (median, 90% interval, P(exists)).
 
     Both from the configuration's ``C1``, ``C2`` and its group's baseline ``(k = 0)``, via
-    :mod:`bayeslat.theory`. For ``moe`` these are the full-coverage coefficients.
+    :mod:`bayeslat.theory`; for the capacity variants RPS* is the first crossing of the
+    latencies with the compute wall ``C3``, ``Q`` (:func:`bayeslat.theory.break_even_rps`).
+    For ``moe`` these are the full-coverage coefficients.
     """
     rows = model.rows
     sd = rows[rows["k"] > 0].drop_duplicates("config").assign(rps=0.0)
@@ -189,14 +193,18 @@ def headline(model, seed: int = 0) -> pd.DataFrame:
         return pd.DataFrame(columns=["config", "speedup0", "speedup0_lo", "speedup0_hi",
                                      "rps_star", "rps_star_lo", "rps_star_hi", "p_break_even"])
     pred = model.predict(pd.concat([sd, base], ignore_index=True), seed=seed)
-    c1, c2 = full_coefficients(pred)
     n = len(sd)
     first, second = {"obs": slice(0, n)}, {"obs": slice(n, 2 * n)}
-    c1_sd, c2_sd = c1.isel(first), c2.isel(first)
-    c1_d = c1.isel(second).assign_coords(obs=c1_sd.obs)
-    c2_d = c2.isel(second).assign_coords(obs=c1_sd.obs)
+
+    def split(part):  # (SD, baseline) draws of one part; scalars (no such part) as they are
+        if not isinstance(part, xr.DataArray):
+            return part, part
+        return part.isel(first), part.isel(second).assign_coords(obs=part.obs[:n].values)
+
+    (c1_sd, c1_d), (c2_sd, c2_d) = (split(v) for v in full_coefficients(pred))
+    (c3_sd, c3_d), (q_sd, q_d) = (split(v) for v in capacity_terms(pred))
     speed0 = 1.0 / theory.ratios(c1_d, c2_d, c1_sd, c2_sd)[0]
-    star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd)
+    star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd)
     q = [0.05, 0.5, 0.95]
     s_q = speed0.quantile(q, dim=("chain", "draw")).values
     with warnings.catch_warnings():
@@ -215,6 +223,76 @@ def full_coefficients(pred: xr.Dataset):
     if "C1" in pred:
         return pred["C1"], pred["C2"]
     return pred["C1u"] + pred["C1s"], pred["C2u"] + pred["C2s"]
+
+
+def capacity_terms(pred: xr.Dataset):
+    """``(C3, Q)`` draws of the compute wall from predicted parts; ``(0.0, 0.0)`` for the
+    variants without it (the paper's model), so that :mod:`bayeslat.theory` takes its closed
+    forms."""
+    if "C3" in pred and "Q" in pred:
+        return pred["C3"], pred["Q"]
+    return 0.0, 0.0
+
+
+# Fields of the diagnostics stored with a fit (posterior attr ``diagnostics``, JSON).
+_DIAGNOSTICS_ATTR = "diagnostics"
+
+
+def _diagnostics_json(diag: Diagnostics) -> str:
+    """The diagnostics as the JSON stored in a fit's posterior attrs (NaN kept as NaN)."""
+    return json.dumps({"max_rhat": diag.max_rhat, "min_ess_bulk": diag.min_ess_bulk,
+                       "min_ess_tail": diag.min_ess_tail, "divergences": int(diag.divergences),
+                       "seconds": diag.seconds, "converged": bool(diag.converged),
+                       "max_rhat_limit": MAX_RHAT, "min_ess_limit": MIN_ESS})
+
+
+def convergence(model) -> Diagnostics:
+    """The convergence diagnostics of a fitted model.
+
+    Read from the ``diagnostics`` attr that :func:`run` stores in the posterior; computed with
+    :func:`diagnostics` for files written without it (older fits, or fits saved directly with
+    :meth:`~bayeslat.models.base.LatencyModel.save`).
+    """
+    if getattr(model, "idata", None) is None:
+        raise FitError("the model is not fitted; call fit() or bayeslat.load() first")
+    stored = model.idata.posterior.attrs.get(_DIAGNOSTICS_ATTR)
+    if stored:
+        try:
+            d = json.loads(stored)
+            return Diagnostics(max_rhat=float(d["max_rhat"]),
+                               min_ess_bulk=float(d["min_ess_bulk"]),
+                               min_ess_tail=float(d["min_ess_tail"]),
+                               divergences=int(d["divergences"]),
+                               seconds=float(d.get("seconds", float("nan"))))
+        except (ValueError, KeyError, TypeError):
+            pass  # unreadable: compute them again
+    return diagnostics(model.idata)
+
+
+def require_converged(model, allow: bool) -> Diagnostics:
+    """The model's :func:`convergence`; raise :class:`FitError` if it did not converge, unless
+    ``allow``.
+
+    Parameters
+    ----------
+    model
+        A fitted model (from :func:`load`).
+    allow
+        Return the diagnostics of an unconverged fit instead of raising (the CLI's
+        ``--allow-unconverged``); the caller must then say that the fit did not converge.
+
+    Returns
+    -------
+    The :class:`Diagnostics`; check ``.converged`` when ``allow`` is true.
+    """
+    diag = convergence(model)
+    if not diag.converged and not allow:
+        where = getattr(model, "path", None)
+        raise FitError(f"{where + ': ' if where else ''}the fit did not converge "
+                       f"({'; '.join(diag.problems())}), so what it says may be wrong: refit "
+                       "with more --tune and --draws, or pass --allow-unconverged to use it "
+                       "anyway")
+    return diag
 
 
 @dataclass
@@ -263,6 +341,8 @@ def run(data: str | os.PathLike | None = None, variant: str = DEFAULT, *,
     idata = sample(model, draws=draws, tune=tune, chains=chains, seed=seed, sampler=sampler,
                    progressbar=progressbar)
     diag = diagnostics(idata, time.perf_counter() - start)
+    # stored with the fit, so that decide and report can refuse an unconverged one
+    idata.posterior.attrs[_DIAGNOSTICS_ATTR] = _diagnostics_json(diag)
     say(f"writing {output}")
     model.save(output, overwrite=overwrite)
     say("summarising each configuration")
@@ -273,7 +353,8 @@ def load(path: str | os.PathLike):
     """A fitted model from a file written by ``bayeslat fit``, ready to predict.
 
     Checks that the file is a bayeslat fit of a known variant and format and that its stored
-    training data match their hash.
+    training data match their hash. The model's ``path`` is the file's; its convergence is
+    :func:`convergence` (and :func:`require_converged` refuses an unconverged one).
     """
     import arviz as az
 
@@ -293,4 +374,6 @@ def load(path: str | os.PathLike):
     if str(attrs["bayeslat_format"]) != str(FORMAT):
         raise FitError(f"{path}: fit format {attrs['bayeslat_format']}, this bayeslat reads "
                        f"format {FORMAT}; refit with this version")
-    return get(attrs["variant"]).from_idata(idata, str(path))
+    model = get(attrs["variant"]).from_idata(idata, str(path))
+    model.path = str(path)
+    return model

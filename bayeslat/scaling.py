@@ -38,6 +38,11 @@ from bayeslat.errors import InputError
 COEFS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 VERIFIER_COEFS = ("c1p", "c1v", "c2p", "c2v")
 DRAFTER_COEFS = ("c1d", "c2d")
+# The compute wall of the ``capacity`` variants (bayeslat.theory): per group, the compute time
+# of a request's prefill ``c3p`` (s per request), of one verified token ``c3v`` (s per token),
+# and the dimensionless queueing factor ``q`` (Pollaczek–Khinchine ``(1 + c_s²)/2``).
+COMPUTE_COEFS = ("c3p", "c3v", "q")
+ALL_COEFS = COEFS + COMPUTE_COEFS
 INTERCEPT = "intercept"
 
 # Raw features a coefficient can scale with, computed from a table of units (groups or drafters).
@@ -49,6 +54,8 @@ FEATURES = {
     "decode_tokens": lambda u: u["decode_tokens"].to_numpy(float),
     # time-averaged KV length over a request's decode
     "kv_tokens": lambda u: (u["prefill_tokens"] + 0.5 * u["decode_tokens"]).to_numpy(float),
+    # arithmetic of a prefill: proportional to model size times prompt length
+    "prefill_compute": lambda u: (u["verifier_params_b"] * u["prefill_tokens"]).to_numpy(float),
 }
 
 # The paper's findings (DESIGN.md §3); every coefficient also has an intercept.
@@ -59,26 +66,43 @@ DEFAULT_DESIGN: dict[str, tuple[str, ...]] = {
     "c2p": ("verifier_params_b", "prefill_tokens"),
     "c2v": ("verifier_params_b", "kv_tokens"),
     "c2d": ("drafter_params_b",),
+    # compute per token grows with the verifier's size; a prefill's with size × prompt length
+    "c3p": ("prefill_compute",),
+    "c3v": ("verifier_params_b",),
+    "q": (),
 }
 
 DEFAULT_PRIORS: dict[str, Any] = {
     # HalfNormal scale of every beta of a coefficient, in the coefficient's unit: s (c1*) or
     # s per request in the system (c2*). Wide: ten times a typical 8B-class value.
     "beta_scale": {"c1p": 0.5, "c1v": 0.1, "c1d": 0.02, "c2p": 0.1, "c2v": 0.005,
-                   "c2d": 0.002},
+                   "c2d": 0.002,
+                   # s per request (a 70B prefill of 1k tokens: ~0.3 s), s per verified token
+                   # (8B on an H100: ~3e-5), and the queueing factor (1 for exponential service)
+                   "c3p": 0.5, "c3v": 0.001, "q": 5.0},
     # Prior mean of the sd of the log group deviations (0.25: typical factor 1.3), a
     # Gamma(2, 2/mean) that keeps away from 0, where few groups would leave a funnel.
     "tau_mean": 0.25,
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
-    # Gamma(alpha, beta) on the Student-t degrees of freedom.
+    # Gamma(alpha, beta) on the Student-t degrees of freedom above 2: nu = 2 + Gamma, so the
+    # likelihood keeps a finite variance and cannot turn a systematic misfit into "outliers".
     "nu_gamma": [2.0, 0.1],
+    # Prior mean (of a Gamma(5, 5/mean)) of the scatter of the measured ceiling (throughput
+    # benchmark) around the model's capacity, on the log scale (0.05 = 5%).
+    "ceiling_sigma_mean": 0.05,
     # Beta(a, b) on the MoE share of the verify coefficients that grows with expert coverage.
     "moe_share_beta": [2.0, 2.0],
     # dense variant: log C1, log C2 per configuration ~ Normal(mu, tau) with
     # mu ~ Normal(log median, log_sd) and tau ~ HalfNormal(1).
     "dense_c1_median": 1.0,
     "dense_c2_median": 0.05,
+    # dense-capacity: the same for C3 (s per request: a compute capacity of 50 req/s) and Q
+    "dense_c3_median": 0.02,
+    "dense_q_median": 1.0,
+    # ... with its own log-scale sd: a Pollaczek–Khinchine factor (1 + c_s²)/2 lies within
+    # a factor e² of 1 (0.5 for a deterministic service time, 1 for an exponential one)
+    "dense_q_log_sd": 1.0,
     "dense_log_sd": 2.0,
 }
 
@@ -104,21 +128,21 @@ class ScalingConfig:
 
     design: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_DESIGN))
     priors: Mapping[str, Any] = field(default_factory=lambda: copy.deepcopy(DEFAULT_PRIORS))
-    noncentered: tuple[str, ...] = ("c1p",)
+    noncentered: tuple[str, ...] = ("c1p", "q")
 
     def __post_init__(self):
         for coef, feats in self.design.items():
-            if coef not in COEFS:
-                raise InputError(f"unknown coefficient {coef!r}; use one of {', '.join(COEFS)}",
-                                 field=f"design.{coef}")
+            if coef not in ALL_COEFS:
+                raise InputError(f"unknown coefficient {coef!r}; use one of "
+                                 f"{', '.join(ALL_COEFS)}", field=f"design.{coef}")
             unknown = [f for f in feats if f not in FEATURES]
             if unknown:
                 raise InputError(f"unknown feature(s) {', '.join(unknown)}; use any of "
                                  f"{', '.join(FEATURES)}", field=f"design.{coef}")
-        unknown = [c for c in self.noncentered if c not in COEFS]
+        unknown = [c for c in self.noncentered if c not in ALL_COEFS]
         if unknown:
             raise InputError(f"unknown coefficient(s) {', '.join(unknown)}", field="noncentered")
-        missing = [c for c in COEFS if c not in self.design]
+        missing = [c for c in ALL_COEFS if c not in self.design]
         if missing:
             raise InputError(f"no design for {', '.join(missing)}", field="design")
         unknown = [k for k in self.priors if k not in DEFAULT_PRIORS]
@@ -135,7 +159,7 @@ class ScalingConfig:
         return self.priors.get(name, DEFAULT_PRIORS[name])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"design": {c: list(self.design[c]) for c in COEFS},
+        return {"design": {c: list(self.design[c]) for c in ALL_COEFS},
                 "priors": {k: self.prior(k) for k in DEFAULT_PRIORS},
                 "noncentered": list(self.noncentered)}
 

@@ -27,6 +27,21 @@ tokens takes :math:`g/E` cycles and
 
 .. math:: S = \frac{L_D}{L_{SD}} = \frac{1}{C_{1R}}\Bigl(1 + (1 - C_{2R})\frac{r}{1-r}\Bigr),
           \qquad r^* = \frac{C_{1R}-1}{C_{1R}-C_{2R}}, \quad \mathrm{RPS}^* = r^*/C_{2,D}.
+
+Near capacity (DESIGN.md §2a) the formula above is the memory-bound regime. A step's time is the
+larger of moving the weights and KV cache and doing the arithmetic on its tokens; past the
+roofline knee compute sets the capacity and requests queue for it. The *capacity* form adds that
+queue as the waiting time of an M/G/1 server whose service time is the compute a request needs,
+
+.. math::
+    L = \frac{C_1}{1 - \mathrm{rps}\,C_2} + Q\,C_3\,\frac{\rho}{1 - \rho}, \qquad
+    \rho = \mathrm{rps}\,C_3, \qquad C_3 = c_{3p} + \tfrac{g}{E}(k+1)\,c_{3v},
+
+``C3`` (s per request) the compute time of one request at full utilisation (its prefill plus the
+``k+1`` tokens verified per cycle), ``Q`` the dimensionless Pollaczek–Khinchine factor
+(``(1 + c_s^2)/2`` for a service time with squared coefficient of variation ``c_s^2``). The
+capacity is ``1/max(C2, C3)``. With ``Q = 0`` or ``C3 = 0`` it is the paper's model; every
+function below takes ``c3`` and ``q`` with default 0 for that.
 """
 
 from __future__ import annotations
@@ -42,7 +57,9 @@ from bayeslat.errors import NumericalError
 __all__ = [
     "tokens_per_cycle",
     "effective_coefficients",
+    "compute_coefficient",
     "latency",
+    "capacity",
     "speedup",
     "ratios",
     "break_even_rps",
@@ -130,25 +147,58 @@ def effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k, decode_tokens
     return c1p + cycles * (c1v + k * c1d), c2p + cycles * (c2v + k * c2d)
 
 
-def latency(rps, c1, c2):
-    r"""Mean request latency :math:`L = C_1 / (1 - \mathrm{rps}\,C_2)` in seconds.
+def compute_coefficient(c3p, c3v, alpha, k, decode_tokens):
+    r"""Compute time of one request at full utilisation,
+    :math:`C_3 = c_{3p} + \tfrac{g}{E}(k+1)\,c_{3v}`.
 
-    Returns ``inf`` (never a negative number or NaN) at or past saturation, ``rps·C2 >= 1``.
+    Parameters
+    ----------
+    c3p
+        Compute time of a request's prefill (s per request).
+    c3v
+        Compute time of one verified token (s per token); a verify cycle scores ``k + 1``.
+    alpha, k, decode_tokens
+        As in :func:`effective_coefficients`.
+
+    Returns
+    -------
+    ``C3`` in seconds per request: ``1/C3`` is the compute-bound capacity (req/s).
+    """
+    return c3p + decode_tokens / tokens_per_cycle(alpha, k) * (k + 1.0) * c3v
+
+
+def latency(rps, c1, c2, c3=0.0, q=0.0):
+    r"""Mean request latency in seconds, with :math:`\rho = \mathrm{rps}\,C_3`,
+    :math:`L = C_1/(1 - \mathrm{rps}\,C_2) + Q\,C_3\,\rho/(1-\rho)`.
+
+    With the default ``c3 = q = 0`` this is the paper's :math:`C_1/(1 - \mathrm{rps}\,C_2)`.
+    Returns ``inf`` (never a negative number or NaN) at or past either saturation,
+    ``rps·C2 >= 1`` or ``rps·C3 >= 1``.
     """
     denom = 1.0 - rps * c2
+    rho = rps * c3
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _where(denom > 0, c1 / _where(denom > 0, denom, 1.0), np.inf)
+        ok = (denom > 0) & (rho < 1)
+        lat = c1 / _where(denom > 0, denom, 1.0) + q * c3 * rho / _where(rho < 1, 1.0 - rho, 1.0)
+        return _where(ok, lat, np.inf)
 
 
-def speedup(rps, c1_d, c2_d, c1_sd, c2_sd):
+def capacity(c2, c3=0.0):
+    """The saturation rate ``1/max(C2, C3)`` in req/s (``inf`` where both are 0)."""
+    with np.errstate(divide="ignore"):
+        top = np.maximum(c2, c3)
+        return _where(top > 0, 1.0 / _where(top > 0, top, 1.0), np.inf)
+
+
+def speedup(rps, c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=0.0):
     r"""Speedup of SD over the baseline at load ``rps``, :math:`S = L_D / L_{SD}`.
 
     Equal to :math:`(1/C_{1R})(1 + (1 - C_{2R})\,r/(1-r))` with :math:`r = \mathrm{rps}\,C_{2,D}`
-    while both are unsaturated; ``inf`` where only the baseline is saturated, 0 where only SD is,
-    NaN where both are.
+    while both are unsaturated and the capacity terms are 0; ``inf`` where only the baseline is
+    saturated, 0 where only SD is, NaN where both are.
     """
     with np.errstate(invalid="ignore"):
-        return latency(rps, c1_d, c2_d) / latency(rps, c1_sd, c2_sd)
+        return latency(rps, c1_d, c2_d, c3_d, q_d) / latency(rps, c1_sd, c2_sd, c3_sd, q_sd)
 
 
 def ratios(c1_d, c2_d, c1_sd, c2_sd):
@@ -156,8 +206,10 @@ def ratios(c1_d, c2_d, c1_sd, c2_sd):
     return c1_sd / c1_d, c2_sd / c2_d
 
 
-def break_even_rps(c1_d, c2_d, c1_sd, c2_sd):
+def break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=0.0):
     r"""The load at which SD and the baseline have the same latency, :math:`\mathrm{RPS}^*`.
+
+    For the paper's model (every ``c3``, ``q`` zero) it is closed-form:
 
     .. math:: r^* = \frac{C_{1R} - 1}{C_{1R} - C_{2R}}, \qquad \mathrm{RPS}^* = r^* / C_{2,D}.
 
@@ -166,16 +218,61 @@ def break_even_rps(c1_d, c2_d, c1_sd, c2_sd):
     below RPS* and hurts above. With ``C1R > 1 > C2R`` the crossing runs the other way (SD hurts
     at low load and helps above); tell the two apart by the sign of ``1 - C1R``.
 
+    With capacity terms the crossing has no closed form; it is the lowest load in the
+    baseline's unsaturated range at which the sign of ``L_SD − L_D`` differs from its sign at
+    zero load, found on a grid dense near capacity and refined by bisection (relative
+    precision 1e-10). An SD configuration whose capacity is below the baseline's always
+    crosses before its own wall when it helps at zero load.
+
     Returns
     -------
-    RPS* in requests per second; NaN where no break-even exists in ``(0, 1/C2_D)``.
+    RPS* in requests per second; NaN where no break-even exists below the baseline's capacity.
     """
-    c1r, c2r = ratios(c1_d, c2_d, c1_sd, c2_sd)
-    num, den = c1r - 1.0, c1r - c2r
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r_star = num / _where(den != 0, den, np.nan)
-    inside = (r_star > 0) & (r_star < 1)
-    return _where(inside, r_star / c2_d, np.nan)
+    extra = (c3_d, q_d, c3_sd, q_sd)
+    if all(np.ndim(v) == 0 and not _is_tensor(v) and float(v) == 0.0 for v in extra):
+        c1r, c2r = ratios(c1_d, c2_d, c1_sd, c2_sd)
+        num, den = c1r - 1.0, c1r - c2r
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r_star = num / _where(den != 0, den, np.nan)
+        inside = (r_star > 0) & (r_star < 1)
+        return _where(inside, r_star / c2_d, np.nan)
+    args = (c1_d, c2_d, c1_sd, c2_sd, *extra)
+    if any(isinstance(a, xr.DataArray) for a in args):
+        arrays = xr.broadcast(*(a if isinstance(a, xr.DataArray) else xr.DataArray(a)
+                                for a in args))
+        out = _crossing(*(np.asarray(a.values, dtype=float) for a in arrays))
+        return arrays[0].copy(data=out)
+    return _crossing(*np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in args)))
+
+
+# Fractions of the baseline's capacity searched for a crossing (denser towards the wall), and
+# the bisection steps that refine it.
+_GRID = 1.0 - np.concatenate([np.linspace(1.0, 0.0, 65)[1:-1] ** 3, [1e-6, 1e-9]])
+_BISECT = 40
+
+
+def _crossing(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd):
+    """:func:`break_even_rps` on broadcast NumPy arrays: grid search, then bisection."""
+    top = capacity(c2_d, c3_d)
+    top = np.where(np.isfinite(top), top, 1e12)
+
+    def gap(rps):  # sign of L_SD − L_D, inf − finite = +, both inf: NaN (never a crossing)
+        with np.errstate(invalid="ignore"):
+            return np.sign(latency(rps, c1_sd, c2_sd, c3_sd, q_sd)
+                           - latency(rps, c1_d, c2_d, c3_d, q_d))
+
+    start = np.sign(c1_sd - c1_d)
+    signs = np.stack([gap(u * top) for u in _GRID])
+    flipped = (signs != start) & (signs != 0) & ~np.isnan(signs) & (start != 0)
+    found = flipped.any(axis=0)
+    j = np.argmax(flipped, axis=0)
+    lo = np.where(j > 0, _GRID[np.maximum(j - 1, 0)], 0.0) * top
+    hi = _GRID[j] * top
+    for _ in range(_BISECT):
+        mid = 0.5 * (lo + hi)
+        same = gap(mid) == start
+        lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
+    return np.where(found, 0.5 * (lo + hi), np.nan)
 
 
 def best_k(rps, c1p, c1v, c1d, c2p, c2v, c2d, alpha, decode_tokens, ks: Iterable[int] = range(11)):

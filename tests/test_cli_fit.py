@@ -1,13 +1,21 @@
-"""``bayeslat fit`` with a mocked sampler: files, overwrite, --strict, errors."""
+"""``bayeslat fit`` with a mocked sampler: files, overwrite, --strict, errors, the stored
+convergence diagnostics; the headline of the capacity form."""
 
+import json
+
+import numpy as np
+import pandas as pd
 import pymc as pm
 import pytest
+import xarray as xr
 from pymc.testing import mock_sample
 from typer.testing import CliRunner
 
 import bayeslat
+from bayeslat import fit, theory
 from bayeslat.cli import app
 from bayeslat.data import schema
+from bayeslat.errors import FitError
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
 runner = CliRunner()
@@ -74,3 +82,55 @@ def test_bad_config_file_names_it(sweep, tmp_path):
                                  "-o", str(tmp_path / "x.nc")])
     assert result.exit_code == 2
     assert "priors.toml" in result.output and "colour" in result.output
+
+
+def test_fit_stores_its_diagnostics_and_decide_can_refuse_it(sweep, tmp_path, mocked):
+    out = tmp_path / "fit.nc"
+    result = runner.invoke(app, ["fit", str(sweep), "--sampler", "pymc", "--draws", "10",
+                                 "--chains", "2", "--model", "dense", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    model = bayeslat.load(out)
+    stored = json.loads(model.idata.posterior.attrs["diagnostics"])
+    assert stored["converged"] is False and stored["max_rhat"] > fit.MAX_RHAT
+    diag = fit.convergence(model)
+    assert diag.max_rhat == pytest.approx(stored["max_rhat"]) and not diag.converged
+    assert diag.min_ess_bulk == pytest.approx(stored["min_ess_bulk"])
+    with pytest.raises(FitError, match="did not converge.*--allow-unconverged") as err:
+        fit.require_converged(model, allow=False)
+    assert str(out) in str(err.value)
+    assert fit.require_converged(model, allow=True) == diag
+    # a file without the stored diagnostics (older fits): computed from the draws
+    del model.idata.posterior.attrs["diagnostics"]
+    again = fit.convergence(model)
+    assert again.max_rhat == pytest.approx(diag.max_rhat)
+    assert again.divergences == diag.divergences
+
+
+class _CapacityStub:
+    """A fitted model stand-in whose predict returns fixed capacity-form parts per k."""
+
+    parts = ("C1", "C2", "C3", "Q")
+    # k: (C1, C2, C3, Q); k = 6 meets its compute wall (1/C3 = 10 req/s) first
+    PARTS = {0: (1.2, 0.07, 0.045, 1.0), 2: (0.92, 0.072, 0.055, 0.8), 6: (0.78, 0.085, 0.1, 1.2)}
+
+    def __init__(self):
+        self.rows = pd.DataFrame({"config": ["a k2", "a k6"], "k": [2, 6], "alpha": 0.75,
+                                  "method": "eagle3", "drafter": "d", "drafter_params_b": 0.1})
+
+    def predict(self, rows, seed=0):
+        values = np.array([self.PARTS[int(k)] for k in rows["k"]])  # obs x part
+        draws = np.broadcast_to(values, (2, 3, *values.shape))
+        return xr.Dataset({name: (("chain", "draw", "obs"), draws[..., j])
+                           for j, name in enumerate(self.parts)})
+
+
+def test_headline_uses_the_compute_wall():
+    head = fit.headline(_CapacityStub()).set_index("config")
+    base = _CapacityStub.PARTS[0]
+    for config, k in (("a k2", 2), ("a k6", 6)):
+        c1, c2, c3, q = _CapacityStub.PARTS[k]
+        want = theory.break_even_rps(base[0], base[1], c1, c2, base[2], base[3], c3, q)
+        assert head.loc[config, "rps_star"] == pytest.approx(float(want), rel=1e-9)
+        assert head.loc[config, "speedup0"] == pytest.approx(base[0] / c1)
+    # the paper's closed form (no wall) would put k = 6's RPS* at 8.86 req/s
+    assert head.loc["a k6", "rps_star"] < theory.break_even_rps(1.2, 0.07, 0.78, 0.085) - 0.1

@@ -44,7 +44,12 @@ def test_point_mass_equals_theory():
     assert set(np.unique(out["p_best_k"].values)) <= {0.0, 1.0}
     np.testing.assert_array_equal(out["k_neutral"].values, kstar)
     np.testing.assert_allclose(out["regret"].sel(k=6, rps=0.0), 0.0)
-    assert out["regret"].sel(k=6, rps=12.0) == np.inf  # k = 6 saturates at 12 req/s
+    # k = 6 saturates at 12 req/s (1/C2 = 11.8) in every draw: no regret to average, and said so
+    assert np.isnan(out["regret"].sel(k=6, rps=12.0))
+    assert out["p_saturated"].sel(k=6, rps=12.0) == 1.0
+    assert out["p_saturated"].sel(k=6, rps=10.0) == 0.0
+    assert np.isfinite(out["regret"].sel(k=2, rps=12.0))
+    np.testing.assert_allclose(out["capacity"].sel(stat="q50"), 1 / np.array(C2))
 
 
 def test_risk_aware_never_larger_and_sometimes_smaller():
@@ -56,10 +61,10 @@ def test_risk_aware_never_larger_and_sometimes_smaller():
     c1 = xr.DataArray(np.array(C1) * np.exp(rng.normal(0, 0.03, (n, 3))), dims=("sample", "k"),
                       coords=coords)
     c2 = xr.DataArray(np.array(C2) * scale, dims=("sample", "k"), coords=coords)
-    spd = decide.speedup_draws(decide.latency_draws(c1, c2, np.linspace(0, 12, 25)))
-    neutral = decide.risk_neutral_k(spd)
+    lat = decide.latency_draws(c1, c2, np.linspace(0, 12, 25))
+    neutral = decide.risk_neutral_k(lat)
     for kwargs in ({"epsilon": 0.05}, {"quantile": 0.05}):
-        aware = decide.risk_aware_k(spd, **kwargs)
+        aware = decide.risk_aware_k(lat, **kwargs)
         assert (aware <= neutral).all()
         assert (aware < neutral).any()
 
@@ -97,3 +102,109 @@ def test_alert_line_is_the_load_where_sd_starts_to_hurt():
     assert alert.sel(k=0) == np.inf and alert.sel(k=1) == np.inf
     assert alert.sel(k=2) == 0.0
     assert alert.sel(k=6) == pytest.approx(theory.break_even_rps(1.2, 0.07, 0.78, 0.085))
+
+
+# The capacity form: a compute wall C3 with queueing factor Q per draft length (DESIGN.md §2a).
+# k = 6 hits its compute wall (1/C3 = 10 req/s) before its memory wall (1/C2 = 11.8 req/s).
+C3 = [0.045, 0.055, 0.1]
+Q = [1.0, 0.8, 1.2]
+
+
+def capacity_point_mass(n=20):
+    c1, c2 = point_mass(n)
+    c3 = xr.DataArray(np.tile(C3, (n, 1)), dims=c1.dims, coords=c1.coords)
+    q = xr.DataArray(np.tile(Q, (n, 1)), dims=c1.dims, coords=c1.coords)
+    return c1, c2, c3, q
+
+
+def test_capacity_form_point_mass_equals_theory():
+    c1, c2, c3, q = capacity_point_mass()
+    rps = np.array([0.0, 4.0, 8.0, 9.5, 10.5, 13.0])
+    out = decide.analyse(c1, c2, rps, c3=c3, q=q)
+    for k, c1k, c2k, c3k, qk in zip(KS, C1, C2, C3, Q, strict=True):
+        extras = (C3[0], Q[0], c3k, qk)
+        want = theory.speedup(rps, C1[0], C2[0], c1k, c2k, *extras)
+        ok = np.isfinite(want)
+        np.testing.assert_allclose(out["speedup"].sel(stat="q50", k=k).values[ok], want[ok],
+                                   rtol=1e-12)
+        star = theory.break_even_rps(C1[0], C2[0], c1k, c2k, *extras)
+        np.testing.assert_allclose(out["rps_star"].sel(stat="q50", k=k), star, rtol=1e-9)
+        assert out["capacity"].sel(stat="q50", k=k) == pytest.approx(
+            float(theory.capacity(c2k, c3k)))
+        lat = theory.latency(rps, c1k, c2k, c3k, qk)
+        np.testing.assert_array_equal(out["p_saturated"].sel(k=k).values, ~np.isfinite(lat))
+    # the compute wall moves RPS* below the paper's closed form, and the alert line with it
+    star6 = theory.break_even_rps(C1[0], C2[0], C1[2], C2[2], C3[0], Q[0], C3[2], Q[2])
+    assert star6 < theory.break_even_rps(C1[0], C2[0], C1[2], C2[2]) - 0.1
+    assert out["rps_alert"].sel(k=6) == pytest.approx(star6, rel=1e-9)
+    # past k = 6's compute wall (10 req/s) it is never chosen
+    assert (out["k_neutral"].sel(rps=[10.5, 13.0]) != 6).all()
+    assert out["p_saturated"].sel(k=6, rps=10.5) == 1.0
+
+
+def test_risk_neutral_minimises_expected_latency_not_mean_speedup():
+    # k = 1 is slower in 80% of draws (speedup 0.77) and much faster in 20% (speedup 10): its
+    # mean speedup is 2.6, but its expected latency (1.06 s) is above the baseline's (1.0 s)
+    n = 100
+    ks = [0, 1]
+    coords = {"sample": np.arange(n), "k": ks}
+    fast = np.arange(n) < 20
+    c1 = xr.DataArray(np.stack([np.ones(n), np.where(fast, 0.1, 1.3)], axis=1),
+                      dims=("sample", "k"), coords=coords)
+    c2 = xr.DataArray(np.full((n, 2), 1e-3), dims=("sample", "k"), coords=coords)
+    lat = decide.latency_draws(c1, c2, [0.0])
+    spd = decide.speedup_draws(lat)
+    assert spd.sel(k=1).mean("sample") > 2.0  # mean of the ratio says k = 1
+    assert spd.sel(k=1).median("sample") < 1.0
+    assert lat.sel(k=0).mean("sample") < lat.sel(k=1).mean("sample")  # ratio of means: k = 0
+    out = decide.analyse(c1, c2, [0.0])
+    assert out["k_neutral"].item() == 0
+    assert out["k_risk"].item() == 0
+    assert out["p_sd_hurts"].sel(k=1).item() == pytest.approx(0.8)
+    # the same posterior with the slow draws only 1.1 s: now k = 1 has the lower expectation
+    c1_better = c1.copy(data=np.stack([np.ones(n), np.where(fast, 0.1, 1.1)], axis=1))
+    assert decide.analyse(c1_better, c2, [0.0])["k_neutral"].item() == 1
+
+
+def test_regret_finite_and_saturating_k_not_chosen():
+    # k = 6 is far faster where it keeps up, but saturates at 6 req/s in 30% of the draws
+    n = 100
+    ks = [0, 6]
+    coords = {"sample": np.arange(n), "k": ks}
+    wall = np.arange(n) < 30
+    c1 = xr.DataArray(np.tile([1.2, 0.5], (n, 1)), dims=("sample", "k"), coords=coords)
+    c2 = xr.DataArray(np.stack([np.full(n, 0.07), np.where(wall, 0.2, 0.05)], axis=1),
+                      dims=("sample", "k"), coords=coords)
+    out = decide.analyse(c1, c2, [0.0, 6.0])
+    at = {"rps": 6.0}
+    assert out["p_saturated"].sel(k=6, **at) == pytest.approx(0.3)
+    assert np.isfinite(out["regret"].sel(**at)).all()
+    # k = 6 is the best in every draw where it keeps up; the baseline loses to it in 70%
+    assert out["regret"].sel(k=6, **at) == pytest.approx(0.0)
+    l0, l6 = 1.2 / (1 - 6 * 0.07), 0.5 / (1 - 6 * 0.05)
+    assert out["regret"].sel(k=0, **at) == pytest.approx(0.7 * (l0 / l6 - 1))
+    assert out["k_neutral"].sel(**at) == 0 and out["k_risk"].sel(**at) == 0
+    assert out["k_neutral"].sel(rps=0.0) == 6
+    # the rule, not the latencies, keeps k = 6 out: tolerate 30% saturation and it is chosen
+    assert decide.analyse(c1, c2, [6.0], max_saturated=0.5)["k_neutral"].item() == 6
+    # nothing eligible: an empty choice, not a saturated one
+    past = decide.analyse(c1, c2, [20.0])
+    assert np.isnan(past["k_neutral"].item()) and np.isnan(past["k_risk"].item())
+    table = decide.decision_table(past.expand_dims(setup=["s"], alpha=[0.7]))
+    assert np.isnan(table["speedup"]).all() and np.isnan(table["regret"]).all()
+
+
+def test_measured_range_and_beyond_capacity_flags():
+    c1, c2 = point_mass(10)
+    rps = np.array([0.0, 5.0, 9.0, 11.0])
+    out = decide.analyse(c1, c2, rps, measured=9.0, ceiling=10.0)
+    np.testing.assert_array_equal(out["extrapolated"].values, rps > 9.0)
+    # RPS* is 8.86 (k = 6) and 12.73 (k = 2): only the latter lies beyond the 10 req/s ceiling
+    assert not out["rps_star_beyond_capacity"].sel(k=6)
+    assert out["rps_star_beyond_capacity"].sel(k=2)
+    assert out["alert_beyond_capacity"].sel(k=2) and not out["alert_beyond_capacity"].sel(k=6)
+    table = decide.break_even_table(out.expand_dims(setup=["s"]).expand_dims(alpha=[0.7]))
+    assert table.set_index("k")["rps_star_beyond_capacity"].to_dict() == {2: True, 6: False}
+    unlabelled = decide.analyse(c1, c2, rps)
+    assert not unlabelled["extrapolated"].any()
+    assert not unlabelled["rps_star_beyond_capacity"].any()

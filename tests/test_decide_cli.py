@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pymc as pm
 import pytest
 from pymc.testing import mock_sample
@@ -9,6 +10,7 @@ from typer.testing import CliRunner
 
 from bayeslat import decide, fit
 from bayeslat.cli import app
+from bayeslat.data import schema
 from bayeslat.models import get
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
@@ -17,6 +19,7 @@ SPEC = SamplerSpec(verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
                    decode_tokens=(64.0,), alphas=(0.6, 0.9), ks=(2, 4), n_rates=4)
 MOE_SPEC = SamplerSpec(prefill_tokens=(128.0,), decode_tokens=(64.0,), alphas=(0.7,),
                        ks=(2,), n_rates=4, moe=(8, 128, 0.6, 0.3))
+NO_BASELINE = "llama-70b H100 p512 g64"
 runner = CliRunner()
 
 
@@ -26,17 +29,26 @@ def fits(tmp_path_factory):
     pm.sample = mock_sample
     out = {}
     try:
-        for variant, spec in (("hierarchical", SPEC), ("dense", SPEC), ("moe", MOE_SPEC)):
-            model = get(variant)(sample_sweep(spec, seed=3)[0])
+        table = sample_sweep(SPEC, seed=3)[0]
+        # a group measured with SD only: no baseline rows
+        nobase = table[~((schema.group_labels(table) == NO_BASELINE) & (table["k"] == 0))]
+        for name, variant, data in (("hierarchical", "hierarchical", table),
+                                    ("dense", "dense", table),
+                                    ("moe", "moe", sample_sweep(MOE_SPEC, seed=3)[0]),
+                                    ("nobase", "hierarchical", nobase)):
+            model = get(variant)(data)
             fit.sample(model, draws=10, chains=2, sampler="pymc", progressbar=False)
-            out[variant] = model.save(tmp_path_factory.mktemp("fits") / f"{variant}.nc")
+            out[name] = model.save(tmp_path_factory.mktemp("fits") / f"{name}.nc")
     finally:
         pm.sample = original
     return out
 
 
-def invoke(*args):
-    return runner.invoke(app, ["decide", *map(str, args)])
+def invoke(*args, allow=True):
+    """``bayeslat decide ARGS``; mocked fits never converge, so allowed unless ``allow`` is
+    false."""
+    extra = ["--allow-unconverged"] if allow else []
+    return runner.invoke(app, ["decide", *map(str, args), *extra])
 
 
 def test_table_lists_every_setup(fits):
@@ -63,7 +75,12 @@ def test_unmeasured_length_predicted_by_hierarchical_not_dense(fits):
             "--format", "json"]
     result = invoke(fits["hierarchical"], *args)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["decisions"][0]["setup"].startswith("llama-8b H100 p2048")
+    out = json.loads(result.output)
+    assert out["decisions"][0]["setup"].startswith("llama-8b H100 p2048")
+    # a setup never measured is extrapolation at every load, and says so
+    assert all(row["extrapolated"] for row in out["decisions"])
+    assert out["setups"][0]["new_setup"] is True
+    assert any("never measured" in line for line in out["warnings"])
     result = invoke(fits["dense"], *args)
     assert result.exit_code == 2
     assert "hierarchical" in result.output
@@ -94,3 +111,92 @@ def test_missing_model_file(tmp_path):
     result = invoke(tmp_path / "nope.nc", "--alpha", "0.7")
     assert result.exit_code == 2
     assert "nope.nc" in result.output
+
+
+def test_unconverged_fit_is_refused_unless_allowed(fits):
+    args = [fits["hierarchical"], "--alpha", "0.9", "--rps", "0,0.1", "--setup",
+            "llama-8b H100 p128"]
+    refused = invoke(*args, allow=False)
+    assert refused.exit_code == 2
+    assert "did not converge" in refused.output and "--allow-unconverged" in refused.output
+    assert "Traceback" not in refused.output and "break-even" not in refused.output
+    table = invoke(*args)
+    assert table.exit_code == 0, table.output
+    assert "warning:" in table.output and "did not converge" in table.output
+    out = json.loads(invoke(*args, "--format", "json").output)
+    assert out["converged"] is False
+    assert any("did not converge" in line for line in out["warnings"])
+    vllm = invoke(*args, "--format", "vllm", "--policy", "neutral")
+    assert vllm.exit_code == 0, vllm.output
+    assert "did not converge" in vllm.stderr
+    assert "num_speculative_tokens" in json.loads(vllm.stdout)
+
+
+def test_group_without_baseline_is_refused(fits):
+    result = invoke(fits["nobase"], "--alpha", "0.7", "--rps", "0,1")
+    assert result.exit_code == 2
+    assert NO_BASELINE in result.output and "baseline" in result.output
+    assert "without SD" in result.output and "Traceback" not in result.output
+    assert "--setup" in result.output  # several setups: the others can still be chosen
+    # the other groups of the same fit still get decisions
+    ok = invoke(fits["nobase"], "--alpha", "0.7", "--rps", "0,1", "--setup", "llama-8b H100 p128",
+                "--format", "json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["decisions"]
+
+
+def test_default_grid_per_setup_ends_at_the_measured_ceiling(fits):
+    model = fit.load(fits["hierarchical"])
+    table = model.table
+    groups = schema.group_labels(table)
+    highest = table["rps"].groupby(groups.to_numpy()).max()
+    # a throughput benchmark of one group's baseline: its measured ceiling
+    with_ceiling = "llama-8b H100 p128 g64"
+    ceiling = 1.5 * highest[with_ceiling]
+    row = table[(groups == with_ceiling).to_numpy() & (table["k"] == 0)].iloc[[0]]
+    model.ceilings = row.assign(rps=ceiling, strategy="throughput")
+    chosen = decide.setups(table)
+    grids = decide.default_loads(model, chosen)
+    for label, group in zip(chosen["setup"], schema.group_labels(chosen), strict=True):
+        top = ceiling if group == with_ceiling else highest[group]
+        assert len(grids[label]) == decide.GRID_POINTS
+        assert grids[label][0] == 0.0 and grids[label][-1] == pytest.approx(top)
+    label = chosen["setup"][(schema.group_labels(chosen) == with_ceiling).to_numpy()].iloc[0]
+    one = chosen[chosen["setup"] == label]
+    ds = decide.from_model(model, one, [0.7], [0, 2], grids[label])
+    past = grids[label] > highest[with_ceiling]
+    assert past.any() and not past.all()
+    np.testing.assert_array_equal(ds["extrapolated"].sel(setup=label).values, past)
+    assert bool(ds["ceiling_measured"].sel(setup=label))
+    assert ds["rps_ceiling"].sel(setup=label) == pytest.approx(ceiling)
+    table_rows = decide.decision_table(ds)
+    assert table_rows["extrapolated"].tolist() == past.tolist()
+
+
+def test_default_grid_through_the_cli(fits, monkeypatch):
+    # without --rps every setup has its own loads, up to its group's highest measured rate
+    result = invoke(fits["hierarchical"], "--alpha", "0.7", "--k", "0,2", "--format", "json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    tops = {}
+    for row in out["decisions"]:
+        tops[row["setup"]] = max(tops.get(row["setup"], 0.0), row["rps"])
+        assert row["extrapolated"] is False
+    assert len(out["decisions"]) == 4 * decide.GRID_POINTS
+    measured = {s["setup"]: s["rps_measured"] for s in out["setups"]}
+    assert tops == pytest.approx(measured) and len(set(tops.values())) == 4
+    # a measured ceiling above the highest measured rate: the loads past it are extrapolated
+    load = fit.load
+
+    def with_ceiling(path):
+        model = load(path)
+        base = model.table[model.table["k"] == 0]
+        model.ceilings = base.assign(rps=base["rps"] * 2.0, strategy="throughput")
+        return model
+
+    monkeypatch.setattr(fit, "load", with_ceiling)
+    result = invoke(fits["hierarchical"], "--alpha", "0.7", "--k", "0,2", "--setup",
+                    "llama-70b H100 p128")
+    assert result.exit_code == 0, result.output
+    assert "yes" in result.output and "throughput benchmark" in result.output
+    assert "nan" not in result.output and "inf%" not in result.output

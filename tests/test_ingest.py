@@ -398,3 +398,97 @@ def test_folder_with_one_run_in_three_formats_reads_it_once(tmp_path):
     assert sorted(p.name for p in skipped) == ["sweep.csv", "sweep.yaml"]
     assert table["source"].str.endswith(("sweep.json#0", "sweep.json#1")).all()
     assert len(table) == len(ingest([FIXTURES / "mock-gl08" / "sweep.json"]))
+
+
+# --- tidy tables as input, and the shipped real llm-d sweep ---------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+LLMD = ROOT / "data" / "llmd" / "sweep.csv"
+LLMD_EXTERNAL = ROOT.parent / "shared" / "data" / "external" / "llmd-pd-sweep.csv"
+
+
+def test_shipped_llmd_sweep_reads_and_validates():
+    table = schema.read_table(LLMD)
+    pd.testing.assert_frame_equal(table, schema.validate(table))
+    assert len(table) == 10
+    assert list(table["source"]) == [f"llmd-pd-sweep.csv:sweep[{i}]" for i in range(10)]
+    flagged = table[table["saturated"]]
+    assert len(flagged) == 1
+    assert flagged["strategy"].item() == "throughput"
+    assert flagged["rps"].item() == pytest.approx(17.98)
+    assert flagged["saturation_reason"].item() == "throughput strategy (measures the ceiling)"
+    assert (table["k"] == 0).all() and table["alpha"].isna().all()
+    assert table["verifier_params_b"].isna().all()  # unknown, see data/llmd/README.md
+    assert table.groupby(list(schema.GROUP_COLUMNS)).ngroups == 1
+    assert list(table["strategy"]) == ["synchronous", "throughput"] + ["constant"] * 8
+
+
+def test_shipped_llmd_sweep_is_what_make_sweep_writes(tmp_path):
+    if not LLMD_EXTERNAL.is_file():
+        pytest.skip(f"{LLMD_EXTERNAL} (outside the repository) is absent, so "
+                    "data/llmd/make_sweep.py cannot be rerun here")
+    out = tmp_path / "sweep.csv"
+    proc = subprocess.run([sys.executable, str(ROOT / "data" / "llmd" / "make_sweep.py"),
+                           "--output", str(out)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == LLMD.read_bytes()
+
+
+def test_cli_ingests_a_tidy_csv_table_keeping_its_flags(tmp_path):
+    out = tmp_path / "llmd.parquet"
+    result = runner.invoke(app, ["ingest", str(LLMD), "-o", str(out)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Ingested benchmarks" in result.output
+    assert f"report 1: {LLMD} (tidy table)" in result.output
+    assert "1#9" in result.output and "wrote 10 benchmarks" in result.output
+    assert "(1 flagged saturated" in result.output  # its own flags, not re-derived
+    pd.testing.assert_frame_equal(schema.read_table(out), schema.read_table(LLMD),
+                                  check_exact=True)
+
+
+def test_tidy_tables_and_reports_together(tmp_path):
+    parquet = schema.write_table(schema.read_table(LLMD), tmp_path / "llmd.parquet")
+    report = FIXTURES / "mock-gl05" / "sweep.json"
+    origins = []
+    table = ingest([report, parquet], origins=origins)
+    n_report = len(ingest([report]))
+    assert origins == [(report, n_report), (parquet, 10)]
+    assert len(table) == n_report + 10
+    pd.testing.assert_frame_equal(table.iloc[n_report:].reset_index(drop=True),
+                                  schema.read_table(LLMD))
+    pd.testing.assert_frame_equal(table.iloc[:n_report], ingest([report]))
+
+
+def test_folder_with_a_tidy_csv_and_a_guidellm_run(tmp_path):
+    shutil.copy(FIXTURES / "mock-gl08" / "sweep.csv", tmp_path / "sweep.csv")
+    shutil.copy(FIXTURES / "mock-gl08" / "sweep.json", tmp_path / "sweep.json")
+    shutil.copy(FIXTURES / "mock-gl08" / "bayeslat.toml", tmp_path / "bayeslat.toml")
+    (tmp_path / "other").mkdir()
+    shutil.copy(LLMD, tmp_path / "other" / "sweep.csv")  # a tidy table, not a GuideLLM CSV
+    skipped = []
+    table = ingest([tmp_path], skipped=skipped)
+    assert [p.name for p in skipped] == ["sweep.csv"] and skipped[0].parent == tmp_path
+    assert table["source"].str.startswith("llmd-pd-sweep.csv:").sum() == 10
+    assert len(table) == 10 + len(ingest([FIXTURES / "mock-gl08" / "sweep.json"]))
+
+
+def test_tidy_table_refuses_metadata_and_duplicates(tmp_path):
+    with pytest.raises(InputError) as info:
+        ingest([LLMD], overrides={"verifier": "x"})
+    assert info.value.field == "verifier" and "GuideLLM reports only" in str(info.value)
+    parquet = schema.write_table(schema.read_table(LLMD), tmp_path / "llmd.parquet")
+    with pytest.raises(InputError) as info:
+        ingest([LLMD, parquet])
+    assert info.value.path == str(parquet) and info.value.field == "source"
+    assert "duplicate benchmark 'llmd-pd-sweep.csv:sweep[0]'" in str(info.value)
+
+
+def test_cli_bad_tidy_csv_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.csv"
+    text = LLMD.read_text().replace(",17.98,", ",fast,")
+    bad.write_text(text)
+    out = tmp_path / "out.parquet"
+    result = runner.invoke(app, ["ingest", str(bad), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    _check_one_line(result.output, str(bad), "rps", "'fast' on line 3 is not a number")
+    assert not out.exists()

@@ -34,7 +34,8 @@ def mocked():
 
 def table(variant):
     df, _ = sample_sweep(MOE_SPEC if variant == "moe" else SPEC, seed=5)
-    df.loc[3, ["saturated", "saturation_reason"]] = [True, "throughput strategy"]
+    df.loc[3, ["saturated", "saturation_reason", "strategy"]] = [
+        True, "throughput strategy (measures the ceiling)", "throughput"]
     return df
 
 
@@ -57,7 +58,7 @@ def test_groups_dims_and_excluded_rows(fitted):
     assert idata.log_likelihood.sizes["obs"] == n
     assert idata.constant_data["rps"].dims == ("obs",)
     assert len(model.excluded) == 1 and "throughput strategy" in model.excluded[0]
-    if model.variant == "dense":
+    if model.variant.startswith("dense"):
         assert idata.posterior["log_C1"].dims == ("chain", "draw", "config")
     else:
         assert idata.posterior["c1v"].dims == ("chain", "draw", "group")
@@ -68,8 +69,32 @@ def test_groups_dims_and_excluded_rows(fitted):
         features = list(idata.posterior["c2v_feature"].values)
         expected = {"speculative": ["intercept"],  # no scaling laws
                     "moe": ["intercept", "kv_tokens"],  # one verifier: its size is dropped
-                    "hierarchical": ["intercept", "verifier_params_b", "kv_tokens"]}
+                    "hierarchical": ["intercept", "verifier_params_b", "kv_tokens"],
+                    "capacity": ["intercept", "verifier_params_b", "kv_tokens"]}
         assert features == expected[model.variant]
+
+
+def test_capacity_variants_fit_the_measured_ceilings(fitted):
+    model, path = fitted
+    idata = model.idata
+    # the Student-t keeps a finite variance: nu = 2 + Gamma
+    assert float(idata.posterior["nu"].min()) >= 2.0
+    # PSIS-LOO compares variants on the latency rows only
+    assert list(idata.log_likelihood.data_vars) == ["log_latency"]
+    assert len(model.ceilings) == 1 and model.ceilings["strategy"].iloc[0] == "throughput"
+    if not model.fits_ceilings:
+        assert "log_ceiling" not in idata.observed_data
+        return
+    assert idata.observed_data["log_ceiling"].dims == ("ceiling",)
+    np.testing.assert_allclose(idata.observed_data["log_ceiling"],
+                               np.log(model.ceilings["rps"]))
+    assert "sigma_ceiling" in idata.posterior
+    loaded = bayeslat.load(path)
+    assert loaded.ceilings["config"].tolist() == model.ceilings["config"].tolist()
+    pred = model.predict(model.table.iloc[[0, 5]], seed=0)
+    assert {"C3", "Q", "capacity"} <= set(pred.data_vars)
+    cap = 1 / np.maximum(pred["C2"], pred["C3"])
+    np.testing.assert_allclose(pred["capacity"], cap)
 
 
 def test_attrs_carry_variant_config_hash_and_sampler(fitted):
@@ -104,7 +129,7 @@ def test_save_refuses_to_overwrite(fitted):
     model.save(path, overwrite=True)
 
 
-@pytest.mark.parametrize("variant", ["hierarchical", "speculative"])
+@pytest.mark.parametrize("variant", ["hierarchical", "speculative", "capacity"])
 def test_predicts_configurations_never_measured(mocked, variant):
     model = get(variant)(table(variant))
     fit.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)

@@ -9,7 +9,9 @@ log of console messages (``--enable-logging=stderr``) is checked as well. This n
 DevTools client (no websocket library) and no network. A second run saves a screenshot under the
 test's temporary folder, the CI artifact. Both the report built now (from the committed default
 fit of the example when it is current, else from a short fit) and the committed
-``reports/example.html`` are checked.
+``reports/example.html`` are checked; the short fit does not converge, so it is reported with
+``allow_unconverged``. The fast tests build a report of a tiny fit whose draws all sit at
+its start point (no sampling).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support.point_mass import point_mass
 
 from bayeslat import report
 from bayeslat.report import data as data_section
@@ -182,6 +185,128 @@ def test_report_of_a_missing_model_is_one_error_line(tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
+# -- adequacy, unconverged fits, load marks (a tiny fit at its start point: seconds) --------------
+
+
+@pytest.fixture(scope="module")
+def tiny_fit(tmp_path_factory):
+    """A fit of one group (baseline, k = 2, 4) whose k = 4 curve rises 60% above the model at
+    its top three loads, with throughput benchmarks 30% above the highest constant rate."""
+    import pymc as pm
+
+    from bayeslat import fit
+    from bayeslat.data import schema
+    from bayeslat.simulate.generative import SamplerSpec, sample_sweep
+
+    spec = SamplerSpec(prefill_tokens=(128.0,), decode_tokens=(64.0,), alphas=(0.8,), ks=(2, 4),
+                       n_rates=6)
+    table, _ = sample_sweep(spec, seed=4)
+    labels = schema.config_labels(table)
+    rank = table.groupby(labels)["rps"].rank(ascending=False)
+    factor = np.where((rank <= 3) & (table["k"] == 4), 1.6, 1.0)
+    table = table.assign(latency_mean=table["latency_mean"] * factor,
+                         latency_std=table["latency_std"] * factor)
+    top = table.loc[table.groupby(labels)["rps"].idxmax()]
+    ceilings = top.assign(strategy="throughput", rate_target=np.nan, rps=top["rps"] * 1.3,
+                          saturated=True,
+                          saturation_reason="throughput strategy (measures the ceiling)",
+                          source=[f"throughput#{i}" for i in range(len(top))])
+    folder = tmp_path_factory.mktemp("tiny")
+    schema.write_table(pd.concat([table, ceilings], ignore_index=True), folder / "t.parquet")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pm, "sample", point_mass)
+        fit.run(folder / "t.parquet", "hierarchical", output=folder / "fit.nc", draws=20,
+                chains=2, sampler="pymc", progressbar=False)
+    return {"fit": folder / "fit.nc", "ceiling": float(ceilings.loc[ceilings["k"] == 0,
+                                                                     "rps"].iloc[0]),
+            "highest": float(table["rps"].max())}
+
+
+def test_report_refuses_an_unconverged_fit_unless_allowed(tiny_fit, tmp_path):
+    from typer.testing import CliRunner
+
+    from bayeslat.cli import app
+
+    out = tmp_path / "r.html"
+    refused = CliRunner().invoke(app, ["report", str(tiny_fit["fit"]), "-o", str(out)])
+    assert refused.exit_code == 2
+    assert "did not converge" in refused.output and "--allow-unconverged" in refused.output
+    assert not out.exists()
+    allowed = CliRunner().invoke(app, ["report", str(tiny_fit["fit"]), "-o", str(out),
+                                       "--allow-unconverged"])
+    assert allowed.exit_code == 0, allowed.output
+    assert "did not converge" in allowed.output
+    text = out.read_text(encoding="utf-8")
+    head = text[:text.index("<section")]
+    assert '<p class="alert">The fit fit.nc did not converge' in head
+    assert "adequacy warning" in head  # the k = 4 curve misfits
+    ids = re.findall(r'<section id="([^"]+)">', text)
+    assert ids == list(report.SECTIONS) and ids[0] == "adequacy"
+    adequacy_html = text[text.index('<section id="adequacy">'):text.index('<section id="data">')]
+    assert "points inside the 90% interval" in adequacy_html and "Warning:" in adequacy_html
+    assert "k4" in adequacy_html and "NO" in adequacy_html
+
+
+def test_decision_grids_end_at_the_measured_ceiling(tiny_fit):
+    from bayeslat import fit
+
+    data = inputs.Inputs({"fit.nc": fit.load(tiny_fit["fit"])})
+    data.predict_latency()
+    data.predict_decisions()
+    (setup, ds), = data.decisions.items()
+    highest, ceiling = data.load_limits[setup]
+    assert ceiling == pytest.approx(tiny_fit["ceiling"], rel=1e-3)
+    assert highest == pytest.approx(tiny_fit["highest"])
+    assert float(ds["rps"].max()) == pytest.approx(ceiling * inputs.CEILING_REACH)
+
+
+def test_load_marks_shade_extrapolation_and_draw_the_ceiling():
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.set_xlim(0, 50)
+    page.mark_loads(ax, measured=40.0, ceiling=47.0)
+    texts = [t.get_text() for t in ax.texts]
+    assert page.EXTRAPOLATION in texts and f"{page.CEILING} 47" in texts
+    spans = [p for p in ax.patches if p.get_x() == pytest.approx(40.0)]
+    assert spans and spans[0].get_width() == pytest.approx(10.0)
+    assert [line.get_xdata()[0] for line in ax.lines] == [40.0, 47.0]  # boundary, ceiling
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    ax.set_xlim(0, 50)
+    page.mark_loads(ax, measured=40.0, ceiling=None)
+    assert f"{page.HIGHEST} 40" in [t.get_text() for t in ax.texts]
+    plt.close(fig)
+
+
+def test_misfit_configurations_are_framed_with_their_coverage():
+    import xarray as xr
+
+    from bayeslat.data import schema
+    from bayeslat.report import collapse
+    from bayeslat.simulate.generative import SamplerSpec, sample_sweep
+
+    table, _ = sample_sweep(SamplerSpec(prefill_tokens=(128.0,), decode_tokens=(64.0,),
+                                        alphas=(0.8,), ks=(2,), n_rates=4), seed=0)
+    grid = inputs.curve_rows(table)
+
+    def draws(rows):
+        lat = np.broadcast_to(rows["latency_mean"].to_numpy() if "latency_mean" in rows
+                              else np.ones(len(rows)), (1, 5, len(rows)))
+        return xr.Dataset({"latency": (("chain", "draw", "obs"), lat),
+                           "latency_pp": (("chain", "draw", "obs"), lat)})
+
+    labels = schema.config_labels(table).unique()
+    configs = pd.DataFrame({"config": labels, "misfit": [False, True],
+                            "inside_90": [1.0, 0.5]})
+    group = schema.group_labels(table).iloc[0]
+    fig = collapse.group_figure(table, draws(table), grid, draws(grid), group, configs)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0] == "k0" and titles[1].endswith("MISFIT: 50% inside 90%")
+    assert fig.axes[1].spines["left"].get_linewidth() == 2.5
+    assert fig.axes[0].spines["left"].get_linewidth() < 2.5
+
+
 # -- slow: the shipped example in a browser ------------------------------------------------------
 def _example_fit(tmp_path_factory) -> Path:
     """The default fit of the shipped example if it is there and current, else a short fit."""
@@ -202,7 +327,8 @@ def _example_fit(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def example_report(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report") / "example.html"
-    return report.write([_example_fit(tmp_path_factory)], out)
+    # the short fit does not converge: the report must still open (and says so at its top)
+    return report.write([_example_fit(tmp_path_factory)], out, allow_unconverged=True)
 
 
 def _chromium() -> str:
@@ -235,7 +361,7 @@ def test_example_report_opens_in_chromium(which, request, tmp_path):
     assert found, "the page's load event never ran"
     checks = json.loads(html.unescape(found.group(1)))
 
-    assert [sid for sid, _ in checks["sections"]] == list(report.SECTIONS)
+    sections = [sid for sid, _ in checks["sections"]]
     assert all(title.strip() for _, title in checks["sections"])
     # At least one figure in every section but the data table and the limits.
     assert len(checks["images"]) >= len(report.SECTIONS) - 2
@@ -249,3 +375,4 @@ def test_example_report_opens_in_chromium(which, request, tmp_path):
                          example_report.as_uri())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sections == list(report.SECTIONS), "rebuild reports/example.html (README)"

@@ -71,7 +71,14 @@ def test_shipped_example_is_what_its_readme_command_writes(tmp_path):
     result = runner.invoke(app, ["simulate", "--preset", "example", "--seed", "0", "-o",
                                  str(out)])
     assert result.exit_code == 0, result.output
-    pd.testing.assert_frame_equal(read_table(out), read_table(EXAMPLE), check_exact=True)
+    # floats to 1e-12 (another CPU's libm can change the last bit of a few rates), everything
+    # else exactly
+    new, shipped = read_table(out), read_table(EXAMPLE)
+    floats = [c for c in shipped.columns if pd.api.types.is_float_dtype(shipped[c])]
+    pd.testing.assert_frame_equal(new.drop(columns=floats), shipped.drop(columns=floats),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(new[floats], shipped[floats], check_exact=False, rtol=1e-12,
+                                  atol=0.0)
 
 
 def test_reports_round_trip_through_ingest(tiny_preset, tmp_path):

@@ -219,3 +219,77 @@ class TestMoE:
 
     def test_saturated_is_inf(self):
         assert np.isposinf(theory.moe_latency(1e3, 0.5, 1.0, 0.01, 0.03, 8, 128))
+
+
+wall = dict(c3=st.floats(1e-3, 0.1), q=st.floats(0.0, 10.0))
+
+
+class TestCapacity:
+    """The compute wall: L = C1/(1 − rps·C2) + Q·C3·ρ/(1 − ρ), ρ = rps·C3."""
+
+    def test_reduces_to_the_paper_without_the_wall(self):
+        rps = np.array([0.0, 5.0, 12.0, 20.0])
+        np.testing.assert_array_equal(theory.latency(rps, C1_D, C2_D, 0.0, 0.0),
+                                      theory.latency(rps, C1_D, C2_D))
+        assert theory.capacity(C2_D) == pytest.approx(1 / C2_D)
+
+    def test_hand_computed_value_and_capacity(self):
+        # C1 = 1, C2 = 0.01, C3 = 0.02, Q = 2 at rps 40: 1/0.6 + 2·0.02·0.8/0.2
+        assert theory.latency(40.0, 1.0, 0.01, 0.02, 2.0) == pytest.approx(1 / 0.6 + 0.16)
+        assert theory.capacity(0.01, 0.02) == pytest.approx(50.0)
+        assert np.isposinf(theory.latency(50.0, 1.0, 0.01, 0.02, 2.0))
+        assert np.isposinf(theory.latency(60.0, 1.0, 0.01, 0.02, 0.0))  # past the wall, Q = 0
+
+    def test_compute_coefficient(self):
+        # prefill plus g/E cycles of k + 1 verified tokens; E = 2.3125 at alpha 0.75, k 2
+        got = theory.compute_coefficient(0.01, 1e-4, 0.75, 2, 128)
+        assert got == pytest.approx(0.01 + 128 / 2.3125 * 3 * 1e-4)
+        assert theory.compute_coefficient(0.01, 1e-4, 0.9, 0, 128) == pytest.approx(0.0228)
+
+    def test_numeric_break_even_matches_the_closed_form(self):
+        # a wall far above the baseline's capacity changes nothing: the numeric path agrees
+        for cfg in (CONFIG_A, CONFIG_B):
+            closed = theory.break_even_rps(C1_D, C2_D, cfg["c1_sd"], cfg["c2_sd"])
+            numeric = theory.break_even_rps(C1_D, C2_D, cfg["c1_sd"], cfg["c2_sd"],
+                                            1e-6, 1.0, 1e-6, 1.0)
+            assert numeric == pytest.approx(closed, rel=1e-8)
+
+    def test_an_sd_wall_below_the_baselines_creates_a_break_even(self):
+        # the paper's coefficients say SD always helps (C2R < 1), but SD's compute wall is lower
+        assert np.isnan(theory.break_even_rps(0.88, 0.005, 0.6, 0.004))
+        star = theory.break_even_rps(0.88, 0.005, 0.6, 0.004, 1 / 78, 3.0, 1 / 51, 3.0)
+        assert 0 < star < 51
+        assert theory.speedup(star, 0.88, 0.005, 0.6, 0.004, 1 / 78, 3.0, 1 / 51, 3.0) == (
+            pytest.approx(1.0, rel=1e-8))
+
+    def test_break_even_keeps_xarray_dims(self):
+        c3 = xr.DataArray([1 / 51, 1 / 60, 1e-6], dims="k")
+        star = theory.break_even_rps(0.88, 0.005, 0.6, 0.004, 1 / 78, 3.0, c3, 3.0)
+        assert star.dims == ("k",)
+        assert np.isfinite(star.values[:2]).all() and np.isnan(star.values[2])
+        assert star.values[0] < star.values[1]
+
+    @settings(max_examples=60, deadline=None)
+    @given(c1=positive, c2=st.floats(1e-4, 0.1), x=st.lists(st.floats(0, 0.999), min_size=2,
+                                                             max_size=20), **wall)
+    def test_latency_increases_with_load_up_to_capacity(self, c1, c2, x, c3, q):
+        rps = np.sort(np.array(x)) * theory.capacity(c2, c3)
+        lat = theory.latency(rps, c1, c2, c3, q)
+        assert np.all(np.isfinite(lat))
+        assert np.all(np.diff(lat) >= 0)
+        assert np.all(lat >= theory.latency(rps, c1, c2) * (1 - 1e-12))
+
+    @settings(max_examples=60, deadline=None)
+    @given(c1d=positive, c2d=st.floats(1e-4, 0.1), c1r=st.floats(0.2, 0.98),
+           c2r=st.floats(0.2, 3.0), c3d=st.floats(1e-4, 0.1), c3r=st.floats(1.01, 3.0),
+           q=st.floats(0.1, 10.0))
+    def test_speedup_is_one_at_the_numeric_break_even(self, c1d, c2d, c1r, c2r, c3d, c3r, q):
+        # SD helps idle and its capacity is lower: it must cross below its own capacity
+        assume(theory.capacity(c2r * c2d, c3r * c3d) < 0.999 * theory.capacity(c2d, c3d))
+        args = (c1d, c2d, c1r * c1d, c2r * c2d, c3d, q, c3r * c3d, q)
+        star = theory.break_even_rps(*args)
+        assert 0 < star < theory.capacity(c2r * c2d, c3r * c3d) * (1 + 1e-9)
+        lat_d = theory.latency(star, c1d, c2d, c3d, q)
+        lat_sd = theory.latency(star, c1r * c1d, c2r * c2d, c3r * c3d, q)
+        assert lat_sd == pytest.approx(lat_d, rel=1e-6)
+        assert theory.speedup(0.5 * star, *args[:4], c3d, q, c3r * c3d, q) > 1

@@ -7,10 +7,17 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
+import pandas as pd
 import typer
 from rich.table import Table
 
-from bayeslat.cli.options import make_console, parse_floats, quiet_pymc, shows_rps_star
+from bayeslat.cli.options import (
+    make_console,
+    parse_floats,
+    quiet_pymc,
+    shows_rps_star,
+    unconverged_warning,
+)
 from bayeslat.errors import InputError
 
 FORMATS = ("table", "json", "vllm")
@@ -22,7 +29,7 @@ def command(
                                                help="A fit written by bayeslat fit.")],
     alpha: str = typer.Option(..., "--alpha", help="Acceptance rate(s): 0.7 or 0.6,0.8."),
     rps: str = typer.Option(None, "--rps", help="Loads in req/s: 0,2,4 or start:stop:count. "
-                            "Default: 12 loads up to the highest measured for the setup."),
+                            "Default: per setup, 12 loads from 0 to its measured ceiling."),
     k: str = typer.Option("0:8:9", "--k", help="Draft lengths to compare (0 is always added)."),
     setup: str = typer.Option(None, "--setup", help="Choose the setup whose label contains this "
                               "text (see the list printed without it)."),
@@ -34,19 +41,27 @@ def command(
                                          help="Predict for this drafter size (1e9 params)."),
     risk: float = typer.Option(0.05, "--risk", help="Largest acceptable P(SD slower than "
                                "no SD) for the risk-aware choice."),
+    max_saturated: float = typer.Option(0.05, "--max-saturated",
+                                        help="Largest share of posterior draws in which a "
+                                        "chosen k may be past its capacity at that load."),
     policy: str = typer.Option("risk", "--policy", help="k for --format vllm: risk or neutral."),
     fmt: str = typer.Option("table", "--format", help="table, json or vllm."),
     max_batch: int = typer.Option(256, "--max-batch", help="vLLM's max_num_seqs (vllm format)."),
     seed: int = typer.Option(0, "--seed", help="Seed for draws of unmeasured groups."),
+    allow_unconverged: bool = typer.Option(False, "--allow-unconverged",
+                                           help="Decide from a fit that did not converge "
+                                           "(every output then says so)."),
 ) -> None:
     """Speedup bands, break-even RPS*, k* and risk-aware choices; or a vLLM config.
 
-    Risk-neutral picks the k with the best mean speedup; risk-aware the best mean among k with
-    P(speedup < 1) <= --risk. --format vllm prints a --speculative-config whose
+    Risk-neutral picks the k with the lowest expected latency; risk-aware the lowest expected
+    latency among k with P(SD slower) <= --risk. Neither picks a k that is past its capacity
+    in more than --max-saturated of the posterior draws at that load. Loads past the highest
+    measured rate are marked extrapolated. --format vllm prints a --speculative-config whose
     num_speculative_tokens_per_batch_size follows k*(rps) mapped to batch size B = rps*L.
     """
     from bayeslat import decide
-    from bayeslat.fit import load
+    from bayeslat.fit import load, require_converged
 
     quiet_pymc()
     if fmt not in FORMATS:
@@ -55,14 +70,21 @@ def command(
         raise InputError(f"use one of {', '.join(POLICIES)}", field="--policy")
     if not 0 <= risk <= 1:
         raise InputError("must be a probability in [0, 1]", field="--risk")
+    if not 0 <= max_saturated < 1:
+        raise InputError("must be a share of draws in [0, 1)", field="--max-saturated")
     alphas = parse_floats(alpha, "--alpha")
     if ((alphas < 0) | (alphas > 1)).any() or alphas.size == 0:
         raise InputError("acceptance rates must lie in [0, 1]", field="--alpha")
     ks = parse_floats(k, "--k")
     if (ks < 0).any() or (ks != np.round(ks)).any():
         raise InputError("draft lengths are whole numbers >= 0", field="--k")
+    loads = parse_floats(rps, "--rps") if rps else None
+    if loads is not None and ((loads < 0).any() or loads.size == 0):
+        raise InputError("loads must not be negative", field="--rps")
 
     model = load(model_path)
+    diag = require_converged(model, allow_unconverged)
+    warnings = [] if diag.converged else [unconverged_warning(diag)]
     chosen = _choose_setups(decide.setups(model.table), setup, fmt == "vllm")
     for column, value in (("prefill_tokens", prefill), ("decode_tokens", decode),
                           ("verifier_params_b", verifier_params),
@@ -72,24 +94,45 @@ def command(
                 raise InputError("must be positive", field="--" + column.split("_")[0])
             chosen[column] = float(value)
     chosen["setup"] = _relabel(chosen)
-    loads = parse_floats(rps, "--rps") if rps else _default_loads(model.table)
-    if (loads < 0).any():
-        raise InputError("loads must not be negative", field="--rps")
-    ds = decide.from_model(model, chosen, alphas, ks.astype(int), loads, epsilon=risk, seed=seed)
+    try:
+        decide.measured_loads(model, chosen)  # refuses a group without baseline rows
+    except InputError as exc:
+        hint = "; or choose a setup of another group with --setup" if len(chosen) > 1 else ""
+        raise InputError(exc.detail + hint, field=exc.field) from None
+    options = {"epsilon": risk, "seed": seed, "max_saturated": max_saturated}
+    if loads is not None:
+        datasets = [decide.from_model(model, chosen, alphas, ks.astype(int), loads, **options)]
+    else:  # each setup on its own grid, up to its measured ceiling
+        grids = decide.default_loads(model, chosen, seed=seed)
+        datasets = [decide.from_model(model, chosen.iloc[[i]], alphas, ks.astype(int),
+                                      grids[label], **options)
+                    for i, label in enumerate(chosen["setup"])]
+    info = pd.concat([_setup_info(ds) for ds in datasets], ignore_index=True)
+    warnings += [f"{row.setup} was never measured: every load is a prediction of the scaling "
+                 "laws (extrapolated)" for row in info.itertuples() if row.new_setup]
 
     if fmt == "vllm":
         row = chosen.iloc[0]
-        config = decide.vllm_config(ds, row["setup"], float(alphas[0]), row["method"],
+        config = decide.vllm_config(datasets[0], row["setup"], float(alphas[0]), row["method"],
                                     row["drafter"], policy, max_batch)
+        for line in warnings:
+            typer.echo(f"warning: {line}", err=True)
         typer.echo(json.dumps(config))
-    elif fmt == "json":
+        return
+    decisions = pd.concat([decide.decision_table(ds) for ds in datasets], ignore_index=True)
+    break_even = pd.concat([decide.break_even_table(ds) for ds in datasets], ignore_index=True)
+    if fmt == "json":
         typer.echo(json.dumps({
             "model": str(model_path), "variant": model.variant, "epsilon": risk,
-            "decisions": _records(decide.decision_table(ds)),
-            "break_even": _records(decide.break_even_table(ds)),
+            "max_saturated": max_saturated, "converged": diag.converged,
+            "diagnostics": {"max_rhat": diag.max_rhat, "min_ess_bulk": diag.min_ess_bulk,
+                            "min_ess_tail": diag.min_ess_tail,
+                            "divergences": diag.divergences},
+            "warnings": warnings, "setups": _records(info),
+            "decisions": _records(decisions), "break_even": _records(break_even),
         }, indent=2))
     else:
-        _print_tables(decide.decision_table(ds), decide.break_even_table(ds), risk)
+        _print_tables(decisions, break_even, info, risk, max_saturated, warnings)
 
 
 def _choose_setups(setups, text, single):
@@ -111,43 +154,82 @@ def _relabel(setups):
     return schema.group_labels(setups) + " " + setups["method"] + ":" + setups["drafter"]
 
 
-def _default_loads(table):
-    return np.linspace(0.0, float(table["rps"].max()), 12)
+def _setup_info(ds) -> pd.DataFrame:
+    """Per setup: whether it was measured, how far, and its ceiling (req/s)."""
+    cols = ["new_setup", "rps_measured", "rps_ceiling", "ceiling_measured"]
+    out = ds[cols].to_dataframe()[cols].reset_index()
+    for col in ("new_setup", "ceiling_measured"):
+        out[col] = out[col].astype(bool)
+    return out
 
 
 def _records(df):
     return json.loads(df.to_json(orient="records"))
 
 
-def _print_tables(decisions, break_even, risk):
+def _num(value, fmt):
+    """A number for a table cell; '–' where it is undefined."""
+    return "–" if not np.isfinite(value) else format(value, fmt)
+
+
+def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
     out = make_console()
+    for line in warnings:
+        out.print(f"[yellow]warning:[/] {line}", highlight=False)
+    info = info.set_index("setup")
     for (name, a), part in decisions.groupby(["setup", "alpha"], sort=False):
+        about = info.loc[name]
         table = Table(title=f"{name}, alpha = {a:g}", title_justify="left")
-        for header in ("rps", "k neutral", f"k risk ≤{risk:g}", "speedup", "90% band",
-                       "P(hurts)", "regret", "note"):
+        if about["new_setup"]:
+            table.caption = "never measured: every row is a prediction (extrapolated)"
+        elif np.isfinite(about["rps_measured"]):
+            source = "throughput benchmark" if about["ceiling_measured"] else "highest measured"
+            table.caption = (f"measured up to {about['rps_measured']:.3g} req/s; ceiling "
+                             f"{about['rps_ceiling']:.3g} req/s ({source})")
+        for header in ("rps", "extrapolated", "k neutral", f"k risk ≤{risk:g}", "speedup",
+                       "90% band", "P(hurts)", "regret", "P(sat)", "note"):
             table.add_column(header, justify="right")
         for r in part.itertuples():
-            note = "baseline saturated" if r.p_valid < 0.5 else ""
-            table.add_row(f"{r.rps:.3g}", _k(r.k_neutral), _k(r.k_risk), f"{r.speedup:.2f}",
-                          f"{r.speedup_q05:.2f}–{r.speedup_q95:.2f}", f"{r.p_sd_hurts:.2f}",
-                          f"{r.regret:.1%}", note)
+            cells = _decision_cells(r, max_saturated)
+            table.add_row(f"{r.rps:.3g}", "yes" if r.extrapolated else "", _k(r.k_neutral),
+                          _k(r.k_risk), *cells)
         out.print(table)
         be = break_even[(break_even["setup"] == name) & (break_even["alpha"] == a)]
         table = Table(title="break-even per draft length", title_justify="left")
-        for header in ("k", "C1R", "C2R", "P(C2R>1)", "RPS*", "90% band", "P(exists)",
-                       "alert"):
+        for header in ("k", "C1R", "C2R", "P(C2R>1)", "capacity", "90% band", "RPS*",
+                       "90% band", "P(exists)", "alert"):
             table.add_column(header, justify="right")
         for r in be.itertuples():
             likely = shows_rps_star(r.p_break_even)
-            table.add_row(str(int(r.k)), f"{r.c1r:.3f}", f"{r.c2r:.3f}", f"{r.p_c2r_above_1:.2f}",
-                          f"{r.rps_star:.3g}" if likely else "none",
+            star = ("none" if not likely else "beyond capacity" if r.rps_star_beyond_capacity
+                    else f"{r.rps_star:.3g}")
+            alert = ("never" if np.isposinf(r.rps_alert) else "beyond capacity"
+                     if r.alert_beyond_capacity else _num(r.rps_alert, ".3g"))
+            table.add_row(str(int(r.k)), _num(r.c1r, ".3f"), _num(r.c2r, ".3f"),
+                          f"{r.p_c2r_above_1:.2f}", _num(r.capacity, ".3g"),
+                          f"{_num(r.capacity_q05, '.3g')}–{_num(r.capacity_q95, '.3g')}", star,
                           f"{r.rps_star_q05:.3g}–{r.rps_star_q95:.3g}" if likely else "",
-                          f"{r.p_break_even:.2f}",
-                          "never" if np.isinf(r.rps_alert) else f"{r.rps_alert:.3g}")
+                          f"{r.p_break_even:.2f}", alert)
         out.print(table)
-    out.print("rps and RPS* in req/s; speedup = latency without SD / with SD; regret = "
-              "expected extra latency of the choice over the best k; RPS* shown where it exists "
-              "in most draws; alert = load below which SD hurts with only 5% probability.")
+    out.print("rps, capacity and RPS* in req/s; speedup = latency without SD / with SD, for the "
+              "risk-aware k; regret = expected extra latency of that k over the best k, in the "
+              "draws where it keeps up; P(sat) = share of draws in which it is past its "
+              f"capacity (neither policy picks a k above {max_saturated:g}); extrapolated = "
+              "past the highest measured load; RPS* shown where it exists in most draws; "
+              "alert = load below which SD hurts with only 5% probability; beyond capacity = "
+              "above the measured ceiling.", highlight=False)
+
+
+def _decision_cells(r, max_saturated):
+    """speedup, band, P(hurts), regret, P(sat) and note of one decision row."""
+    if np.isnan(r.k_risk):
+        return ("saturated", "", "", "", "", "all k saturated")
+    note = "no-SD saturated" if r.p_valid < 0.5 else ""
+    if not np.isfinite(r.speedup):
+        return ("–", "", f"{r.p_sd_hurts:.2f}", _num(r.regret, ".1%"), f"{r.p_saturated:.2f}",
+                note)
+    return (f"{r.speedup:.2f}", f"{r.speedup_q05:.2f}–{r.speedup_q95:.2f}",
+            f"{r.p_sd_hurts:.2f}", _num(r.regret, ".1%"), f"{r.p_saturated:.2f}", note)
 
 
 def _k(value):

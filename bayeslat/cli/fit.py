@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from bayeslat.cli.options import make_console, quiet_pymc, shows_rps_star
@@ -12,13 +13,16 @@ from bayeslat.errors import FitError
 
 # Headline rows shown in the terminal; the file holds them all.
 MAX_ROWS = 20
+# Worst configurations shown under the adequacy summary.
+WORST_ROWS = 5
 
 
 def command(
-    data: Path | None = typer.Argument(None, help="Sweep table (Parquet); default: the shipped "
-                                       "example data/example/sweep.parquet."),
+    data: Path | None = typer.Argument(None, help="Sweep table (Parquet or tidy CSV); default: "
+                                       "the shipped example data/example/sweep.parquet."),
     model: str = typer.Option("hierarchical", "--model",
-                              help="Variant: dense, speculative, hierarchical or moe."),
+                              help="Variant: dense, speculative, hierarchical, moe, or with the "
+                              "compute wall capacity or dense-capacity."),
     draws: int = typer.Option(1000, "--draws", min=1, help="Draws per chain after tuning."),
     tune: int = typer.Option(1000, "--tune", min=0, help="Tuning steps per chain."),
     chains: int = typer.Option(4, "--chains", min=1, help="Chains."),
@@ -32,11 +36,14 @@ def command(
     config: Path | None = typer.Option(None, "--config",
                                        help="TOML or JSON file overriding scaling and priors."),
 ) -> None:
-    """Fit a Bayesian latency model and print diagnostics and a headline per configuration.
+    """Fit a Bayesian latency model and print diagnostics, its adequacy and a headline per
+    configuration.
 
-    Convergence needs max R-hat <= 1.01, bulk and tail ESS >= 400 and no divergences.
+    Convergence needs max R-hat <= 1.01, bulk and tail ESS >= 400 and no divergences. Adequacy:
+    how many measured points lie inside their posterior predictive intervals (overall and at
+    each configuration's top loads), and the model capacity against the measured ceilings.
     """
-    from bayeslat import fit
+    from bayeslat import adequacy, fit
 
     quiet_pymc()
 
@@ -45,8 +52,14 @@ def command(
         result = fit.run(data, model, output=output, config=config, draws=draws, tune=tune,
                          chains=chains, seed=seed, sampler=sampler, overwrite=overwrite,
                          progressbar=True, status=lambda msg: status.update(msg))
+        status.update("checking the fit against its data")
+        check = adequacy.check(result.model, seed=seed)
     diag = result.diagnostics
     console.print(_diagnostics_table(diag, len(result.model.rows), len(result.model.excluded)))
+    console.print(_adequacy_table(check))
+    console.print(_worst_table(check.worst(WORST_ROWS)))
+    for message in check.warnings:
+        console.print(f"[yellow]warning:[/] {escape(message)}")
     console.print(_headline_table(result.headline))
     if result.model.excluded:
         shown = "; ".join(result.model.excluded[:3])
@@ -70,6 +83,40 @@ def _diagnostics_table(diag, n_rows: int, n_excluded: int) -> Table:
                   f"{diag.min_ess_bulk:.0f}", f"{diag.min_ess_tail:.0f}", str(diag.divergences),
                   f"{diag.seconds:.1f}", style=None if diag.converged else "yellow")
     return table
+
+
+def _adequacy_table(check) -> Table:
+    """The adequacy figures: value, what an adequate fit gives; failing rows in yellow."""
+    table = Table(title="Adequacy: measured points against the posterior predictive",
+                  title_justify="left")
+    for header, justify in (("figure", "left"), ("value", "right"), ("adequate", "left")):
+        table.add_column(header, justify=justify)
+    for row in check.summary().itertuples():
+        table.add_row(row.figure, row.shown, row.target,
+                      style="yellow" if row.ok is False else None)
+    return table
+
+
+def _worst_table(worst) -> Table:
+    """The worst configurations: coverage, mean standardised residual, capacity / ceiling."""
+    table = Table(title="Worst configurations (lowest 90% coverage, then largest residual)",
+                  title_justify="left", caption_justify="left",
+                  caption="in 50%, in 90%: share inside the predictive interval; top 3: its "
+                  "three highest loads inside 90%\nmean z: mean standardised log residual (+: "
+                  "measured above); cap/ceil: model capacity / ceiling")
+    table.add_column("configuration", justify="left", no_wrap=True)
+    for header in ("pts", "in 50%", "in 90%", "top 3", "mean z", "cap/ceil"):
+        table.add_column(header, justify="right")
+    for row in worst.itertuples():
+        table.add_row(row.config, str(row.points), _number(row.inside_50),
+                      _number(row.inside_90), _number(row.top_inside_90),
+                      _number(row.mean_z, "{:+.2f}"), _number(row.capacity_ratio),
+                      style="yellow" if row.misfit else None)
+    return table
+
+
+def _number(value: float, fmt: str = "{:.2f}") -> str:
+    return "–" if value != value else fmt.format(value)  # NaN: not measured or undefined
 
 
 def _headline_table(head) -> Table:

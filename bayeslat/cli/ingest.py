@@ -1,4 +1,4 @@
-"""``bayeslat ingest``: GuideLLM reports -> one tidy sweep table (Parquet)."""
+"""``bayeslat ingest``: GuideLLM reports and tidy tables -> one tidy sweep table (Parquet)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ _OVERRIDES = ("verifier", "verifier_params_b", "drafter", "drafter_params_b", "m
 
 def command(
     inputs: Annotated[list[Path], typer.Argument(
-        metavar="REPORT_OR_DIR...", help="GuideLLM reports (.json, .yaml, .csv) or folders.")],
+        metavar="REPORT_OR_DIR...", help="GuideLLM reports (.json, .yaml, .csv), folders of "
+        "them, or tidy tables (.parquet, or .csv with the schema's columns).")],
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="Table to write, e.g. data/NAME.parquet.")],
     meta: Annotated[Path | None, typer.Option(
@@ -52,9 +53,11 @@ def command(
     What a report does not say (verifier, drafter, k, alpha, hardware) comes from bayeslat.toml
     in the reports' folder, REPORT.toml next to a report, --meta FILE, then these options.
     Saturated benchmarks are kept and flagged with the reason; fits exclude them by default.
+    A tidy table from any tool (Parquet, or a CSV whose header has the schema's required
+    columns) is read as it is, its flags included, and validated; metadata is not applied to it.
     """
     from bayeslat.data import schema
-    from bayeslat.data.ingest import ingest
+    from bayeslat.data.ingest import ingest, is_table
 
     if output.exists() and not overwrite:
         raise InputError("the file exists; pass --overwrite to replace it or choose another name",
@@ -71,13 +74,14 @@ def command(
                   transient=True) as bar:
         task = bar.add_task("", total=None)
         skipped: list[Path] = []
-        table = ingest(inputs, meta, overrides, skipped=skipped,
+        origins: list[tuple[Path, int]] = []
+        table = ingest(inputs, meta, overrides, skipped=skipped, origins=origins,
                        progress=lambda p: bar.update(task, advance=1, description=p.name))
     schema.write_table(table, output, overwrite=overwrite)
-    files = list(dict.fromkeys(table["source"].str.rsplit("#", n=1).str[0]))
-    console.print(summary(table, files))
-    for number, name in enumerate(files, start=1):
-        console.print(f"report {number}: {name}", highlight=False, markup=False)
+    console.print(summary(table, origins))
+    for number, (path, _) in enumerate(origins, start=1):
+        kind = " (tidy table)" if is_table(path) else ""
+        console.print(f"report {number}: {path}{kind}", highlight=False, markup=False)
     for path in skipped:
         console.print(f"skipped {path}: the same run was read in another format", highlight=False,
                       markup=False)
@@ -89,23 +93,25 @@ def command(
                   "and excluded from fits by default)", highlight=False)
 
 
-def summary(table: pd.DataFrame, files: list[str]) -> Table:
-    """One terminal row per benchmark (report number#benchmark index): configuration, load,
-    latency, request counts and the saturation flag."""
+def summary(table: pd.DataFrame, origins: list[tuple[Path, int]]) -> Table:
+    """One terminal row per benchmark (input number#benchmark index in a report, or row number
+    in a tidy table): configuration, load, latency, request counts and the saturation flag.
+    ``origins`` holds ``(file, number of rows)`` per input, in the table's row order."""
     out = Table(title="Ingested benchmarks (rates in req/s, latency L in s)",
                 title_justify="left")
     for header in ("report", "k", "alpha", "strategy", "target", "rps", "L mean", "L p95",
                    "ok/err/inc", "saturated"):
         out.add_column(header, justify="left" if header == "strategy" else "right",
                        no_wrap=True)
-    number = {name: i for i, name in enumerate(files, start=1)}
-    for row in table.itertuples():
-        name, index = row.source.rsplit("#", 1)
+    labels = [f"{number}#{index}" for number, (_, count) in enumerate(origins, start=1)
+              for index in range(count)]
+    for label, row in zip(labels, table.itertuples(), strict=True):
         out.add_row(
-            f"{number[name]}#{index}", str(row.k),
+            label, str(row.k),
             "-" if np.isnan(row.alpha) else f"{row.alpha:.3f}", row.strategy,
             "-" if np.isnan(row.rate_target) else f"{row.rate_target:g}", f"{row.rps:.3g}",
-            f"{row.latency_mean:.3f}", f"{row.latency_p95:.3f}",
+            f"{row.latency_mean:.3f}",
+            "-" if np.isnan(row.latency_p95) else f"{row.latency_p95:.3f}",
             f"{row.n_successful}/{row.n_errored}/{row.n_incomplete}",
             "yes" if row.saturated else "", style="yellow" if row.saturated else None,
         )

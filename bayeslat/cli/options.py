@@ -29,6 +29,13 @@ def shows_rps_star(p_break_even: float) -> bool:
     return p_break_even >= 0.5
 
 
+def unconverged_warning(diag) -> str:
+    """The line every output of a verb run with ``--allow-unconverged`` carries when the fit
+    did not converge (``diag``: :class:`bayeslat.fit.Diagnostics`)."""
+    return (f"the fit did not converge ({'; '.join(diag.problems())}); these results may be "
+            "wrong: refit with more --tune and --draws before relying on them")
+
+
 def make_console() -> Console:
     """A console for tables: the terminal's width, or 120 columns when piped to a file."""
     return Console() if sys.stdout.isatty() else Console(width=120)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bayeslat.cli.options import make_console, quiet_pymc
+from bayeslat.cli.options import make_console, quiet_pymc, unconverged_warning
 
 
 def command(
@@ -21,11 +21,16 @@ def command(
                              "unmeasured groups."),
     figures: Path | None = typer.Option(None, "--figures", help="Also write every figure as a "
                                         "PNG in this folder, named after its caption."),
+    allow_unconverged: bool = typer.Option(False, "--allow-unconverged",
+                                           help="Report on a fit that did not converge (the "
+                                           "report then says so at the top)."),
 ) -> None:
-    """Write an HTML report: data, collapse and checks, coefficients, C1R/C2R, speedup and
-    RPS*, the k* map and decision table, diagnostics and LOO, and the model's limits.
+    """Write an HTML report: adequacy, data, collapse and checks, coefficients, C1R/C2R,
+    speedup and RPS*, the k* map and decision table, diagnostics and LOO, and the model's
+    limits.
 
-    Figures and styles are embedded: the file opens in any browser with no network.
+    Figures and styles are embedded: the file opens in any browser with no network. A fit
+    that did not converge is refused unless --allow-unconverged.
     """
     from bayeslat import report
 
@@ -35,8 +40,23 @@ def command(
     console = make_console()
     with console.status("writing the report") as status:
         path = report.write(models, output, overwrite=overwrite, seed=seed,
-                            status=lambda msg: status.update(msg))
+                            status=lambda msg: status.update(msg),
+                            allow_unconverged=allow_unconverged)
     console.print(f"wrote {path}")
+    if allow_unconverged:
+        _warn_unconverged(console, models)
     if figures is not None:
         saved = report.save_figures(path, figures, overwrite=overwrite)
         console.print(f"wrote {len(saved)} figures to {figures}")
+
+
+def _warn_unconverged(console, models: list[Path]) -> None:
+    """Repeat in the terminal what the report says at its top: which fits did not converge."""
+    from rich.markup import escape
+
+    from bayeslat import fit
+
+    for path in models:
+        diag = fit.convergence(fit.load(path))
+        if not diag.converged:
+            console.print(f"[yellow]warning:[/] {path}: {escape(unconverged_warning(diag))}")

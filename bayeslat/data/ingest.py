@@ -5,6 +5,12 @@ Each report contributes one row per benchmark. The report gives the load and the
 token lengths default to what the report measured. Rows are flagged by
 :func:`bayeslat.data.saturation.flag_saturated` (kept, excluded from fits by default) and the whole
 table is checked by :func:`bayeslat.data.schema.validate` before anything is written.
+
+A tidy table can be given too, so a sweep measured by any tool comes in by the same door: a
+``.parquet`` file, or a ``.csv`` whose header names every one of
+:data:`bayeslat.data.schema.REQUIRED_COLUMNS` (a GuideLLM CSV starts with three header rows of
+other names). It is read by :func:`bayeslat.data.schema.read_table` and taken as it is, its
+saturation flags included; metadata applies to GuideLLM reports only.
 """
 
 from __future__ import annotations
@@ -41,13 +47,23 @@ def _one_format_per_run(paths: list[Path]) -> tuple[list[Path], list[Path]]:
     return [p for p in paths if p in kept], [p for p in paths if p not in kept]
 
 
+def is_table(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a tidy sweep table rather than a GuideLLM report: a ``.parquet``
+    file, or a ``.csv`` whose header names the schema's required columns
+    (:func:`bayeslat.data.schema.is_csv_table`)."""
+    path = Path(path)
+    return path.suffix.lower() == ".parquet" or schema.is_csv_table(path)
+
+
 def find_reports(inputs: Iterable[str | os.PathLike],
                  skipped: list[Path] | None = None) -> list[Path]:
-    """The report files named by ``inputs``: files as given, folders searched recursively.
+    """The report and table files named by ``inputs``: files as given, folders searched
+    recursively.
 
-    A folder contributes every ``.json``, ``.yaml``, ``.yml`` and ``.csv`` file in it, sorted,
-    one format per run (:func:`_one_format_per_run`; the others are appended to ``skipped``).
-    Files named explicitly are all read, so the same run given twice is a duplicate error.
+    A folder contributes every ``.json``, ``.yaml``, ``.yml`` and ``.csv`` file in it, sorted:
+    each tidy CSV table (:func:`is_table`), and of the GuideLLM reports one format per run
+    (:func:`_one_format_per_run`; the others are appended to ``skipped``). Files named explicitly
+    are all read, so the same run given twice is a duplicate error.
     Raises :class:`~bayeslat.errors.InputError` for a missing path or a folder with no report.
     """
     found: list[Path] = []
@@ -60,16 +76,17 @@ def find_reports(inputs: Iterable[str | os.PathLike],
             if not inside:
                 raise InputError(f"no GuideLLM reports ({', '.join(FORMATS)}) in this folder",
                                  path)
-            inside, other_formats = _one_format_per_run(inside)
+            tables = {p for p in inside if is_table(p)}
+            reports, other_formats = _one_format_per_run([p for p in inside if p not in tables])
             if skipped is not None:
                 skipped.extend(other_formats)
-            found.extend(inside)
+            found.extend(p for p in inside if p in tables or p in reports)
         elif path.exists():
             found.append(path)
         else:
             raise InputError("no such file or folder", path)
     if not found:
-        raise InputError("give at least one GuideLLM report or folder of reports")
+        raise InputError("give at least one GuideLLM report, tidy table or folder of reports")
     return found
 
 
@@ -103,46 +120,79 @@ def _check_duplicates(reports: list[Report]) -> None:
             seen[b.benchmark_id] = here
 
 
+def _check_sources(frames: list[pd.DataFrame], paths: list[Path]) -> None:
+    """The same row twice across inputs (a tidy table given twice, or holding rows of a report
+    also given): its ``source`` names it."""
+    seen: dict[str, Path] = {}
+    for frame, path in zip(frames, paths, strict=True):
+        for source in frame["source"]:
+            if source in seen:
+                raise InputError(
+                    f"duplicate benchmark {source!r}, already read from {seen[source]}; give "
+                    "each table or run once", path, "source")
+            seen[source] = path
+
+
 def ingest(
     inputs: Iterable[str | os.PathLike],
     meta_file: str | os.PathLike | None = None,
     overrides: dict | None = None,
     progress: Callable[[Path], None] | None = None,
     skipped: list[Path] | None = None,
+    origins: list[tuple[Path, int]] | None = None,
 ) -> pd.DataFrame:
-    """Read GuideLLM reports into one validated tidy table.
+    """Read GuideLLM reports and tidy tables into one validated tidy table.
 
     Parameters
     ----------
     inputs
-        Report files and folders of reports.
+        Report files, tidy tables (``.parquet``, or ``.csv`` with the schema's columns) and
+        folders of reports.
     meta_file
-        A TOML metadata file applied to every report (see :mod:`bayeslat.data.metadata`).
+        A TOML metadata file applied to every report (see :mod:`bayeslat.data.metadata`); not to
+        tidy tables, which carry their own deployment columns.
     overrides
-        Metadata keys given on the command line; they win over every file.
+        Metadata keys given on the command line; they win over every file. Reports only, too.
     progress
-        Called with each report's path after it is read.
+        Called with each input file's path after it is read.
     skipped
         If given, receives the files left out because the same run was read in another format.
+    origins
+        If given, receives ``(file, number of rows)`` per input file, in the table's row order.
 
     Returns
     -------
     pandas.DataFrame
-        The table, with ``saturated`` and ``saturation_reason`` set, validated.
+        The table, validated. Report rows get ``saturated`` and ``saturation_reason`` from
+        :func:`~bayeslat.data.saturation.flag_saturated`; table rows keep theirs.
     """
     meta_path = None if meta_file is None else Path(meta_file)
     if meta_path is not None:
         metadata.read_meta_file(meta_path)  # fail early on a bad --meta file
     paths = find_reports(inputs, skipped)
-    reports, frames, growing = [], [], []
-    for path in paths:
-        report = read_report(path)
-        reports.append(report)
-        frames.append(report_rows(report, metadata.meta_for(path, meta_path, overrides or {})))
-        growing.extend(bool(b.growing) for b in report.benchmarks)
+    tables = [is_table(p) for p in paths]
+    if all(tables) and (meta_path is not None or overrides):
+        field = None if meta_path is not None else next(iter(overrides))
+        raise InputError(
+            "metadata applies to GuideLLM reports only, and every input is a tidy table, which "
+            "carries its own deployment columns; edit the table, or leave out --meta and the "
+            "deployment options", meta_path if meta_path is not None else "command line", field)
+    reports, frames = [], []
+    for path, table_file in zip(paths, tables, strict=True):
+        if table_file:
+            frame = schema.read_table(path)
+        else:
+            report = read_report(path)
+            reports.append(report)
+            rows = report_rows(report, metadata.meta_for(path, meta_path, overrides or {}))
+            growing = pd.Series([bool(b.growing) for b in report.benchmarks], index=rows.index)
+            frame = flag_saturated(rows, growing=growing)
+        frames.append(frame)
+        if origins is not None:
+            origins.append((path, len(frame)))
         if progress is not None:
             progress(path)
     _check_duplicates(reports)
+    _check_sources(frames, paths)
     table = pd.concat(frames, ignore_index=True)
-    table = flag_saturated(table, growing=pd.Series(growing, index=table.index))
     return schema.validate(table)

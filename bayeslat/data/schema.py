@@ -12,10 +12,19 @@ decode_tokens``; the baseline and every SD configuration of a group share its ve
 coefficients. A *drafter* is ``method, drafter``. A *configuration* is a group with one drafter at
 one ``(alpha, k)``; its rows at different rates trace one latency curve. ``k = 0`` rows are the
 group's baseline (no SD): their ``alpha`` is NaN, ``drafter`` and ``method`` are ``"none"``.
+
+Files
+-----
+A table is stored as Parquet (what ``bayeslat ingest`` and ``bayeslat simulate`` write) or as a
+tidy CSV with the same column names (one header row, one row per benchmark, the units above;
+``.csv`` suffix), so a sweep measured by any tool can be fitted. :func:`read_table` reads both and
+fills the columns a table may leave out (:data:`REQUIRED_COLUMNS` it may not; see
+:func:`fill_optional`) the same way for both.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +84,20 @@ COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 GROUP_COLUMNS = ("verifier", "hardware", "prefill_tokens", "decode_tokens")
 DRAFTER_COLUMNS = ("method", "drafter")
 CONFIG_COLUMNS = GROUP_COLUMNS + DRAFTER_COLUMNS + ("alpha", "k")
+# Columns a file must have: the deployment, the workload, the load and the mean latency. Every
+# other column may be left out of a file and is filled by fill_optional.
+REQUIRED_COLUMNS = ("verifier", "verifier_params_b", "hardware", "prefill_tokens",
+                    "decode_tokens", "k", "strategy", "rps", "latency_mean", "n_successful",
+                    "duration_s")
+# Optional columns filled with one value on every row (NaN: not measured).
+_CONSTANT_DEFAULTS = {
+    "moe_experts_active": 0, "moe_experts_total": 0, "rate_target": np.nan,
+    "latency_std": np.nan, "latency_p50": np.nan, "latency_p95": np.nan, "latency_p99": np.nan,
+    "ttft_mean": np.nan, "itl_mean": np.nan, "n_errored": 0, "n_incomplete": 0,
+}
+# Optional columns implied only when every row is a baseline (k = 0).
+_BASELINE_DEFAULTS = {"drafter": "none", "drafter_params_b": 0.0, "method": "none",
+                      "alpha": np.nan, "alpha_source": "none"}
 STRATEGIES = ("synchronous", "constant", "poisson", "throughput", "concurrent")
 ALPHA_SOURCES = ("forced", "measured", "assumed", "none")
 
@@ -186,24 +209,173 @@ def standard_error(df: pd.DataFrame) -> pd.Series:
     return df["latency_std"] / np.sqrt(df["n_successful"])
 
 
+def fill_optional(df: pd.DataFrame, path: str | os.PathLike | None = None) -> pd.DataFrame:
+    """``df`` with the optional columns it lacks filled in; the columns it has are left alone.
+
+    - ``moe_experts_active``, ``moe_experts_total``, ``n_errored``, ``n_incomplete``: 0;
+      ``rate_target``, ``latency_std``, the percentiles, ``ttft_mean``, ``itl_mean``: NaN (not
+      measured);
+    - ``drafter``, ``method`` (``"none"``), ``drafter_params_b`` (0), ``alpha`` (NaN),
+      ``alpha_source`` (``"none"``): only when every row has ``k = 0``; a table with SD rows
+      must give them;
+    - ``saturated`` and ``saturation_reason``: when both are missing, the rules of
+      :mod:`bayeslat.data.saturation` that need no per-request records (throughput strategy,
+      rate shortfall, failed requests); when only the reason is missing, ``"flagged saturated
+      in the input table"`` on flagged rows; when only the flag is missing, a non-empty reason;
+    - ``source``: ``<file name>#<row number>`` (from 0), or ``row#<row number>`` without a file.
+
+    Raises :class:`~bayeslat.errors.SchemaError` naming the first missing required column
+    (:data:`REQUIRED_COLUMNS`) or an SD column missing from a table with ``k > 0`` rows.
+    """
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        _fail(f"missing column(s) {', '.join(missing)}; a sweep table needs at least "
+              f"{', '.join(REQUIRED_COLUMNS)} (see bayeslat.data.schema.COLUMNS for names and "
+              "units)", missing[0], path)
+    out = df.reset_index(drop=True).copy()
+    for name, value in _CONSTANT_DEFAULTS.items():
+        if name not in out.columns:
+            out[name] = value
+    absent = [c for c in _BASELINE_DEFAULTS if c not in out.columns]
+    if absent:
+        k = pd.to_numeric(out["k"], errors="coerce")
+        if (k > 0).any():
+            _fail(f"missing column(s) {', '.join(absent)}: a table with speculative-decoding "
+                  "rows (k > 0) must say which drafter, method and acceptance rate they had "
+                  "(give 'none', 0 and an empty alpha on k = 0 rows)", absent[0], path, out,
+                  k > 0)
+        for name in absent:
+            out[name] = _BASELINE_DEFAULTS[name]
+    if "saturated" not in out.columns and "saturation_reason" not in out.columns:
+        from bayeslat.data.saturation import flag_saturated
+
+        counts = {c: pd.to_numeric(out[c], errors="coerce")
+                  for c in ("rate_target", "rps", "n_successful", "n_errored", "n_incomplete")}
+        flagged = flag_saturated(out.assign(**counts))
+        out["saturated"] = flagged["saturated"]
+        out["saturation_reason"] = flagged["saturation_reason"]
+    elif "saturation_reason" not in out.columns:
+        flags = out["saturated"].astype(bool)
+        out["saturation_reason"] = np.where(flags, "flagged saturated in the input table", "")
+    elif "saturated" not in out.columns:
+        out["saturation_reason"] = out["saturation_reason"].fillna("").astype(str)
+        out["saturated"] = out["saturation_reason"].str.len() > 0
+    if "source" not in out.columns:
+        stem = Path(path).name if path is not None else "row"
+        out["source"] = [f"{stem}#{i}" for i in range(len(out))]
+    return out
+
+
 def write_table(df: pd.DataFrame, path: str | os.PathLike, overwrite: bool = True) -> Path:
-    """Validate ``df`` and write it as Parquet, atomically (nothing is left half-written)."""
+    """Validate ``df`` and write it, atomically (nothing is left half-written): as a tidy CSV
+    when ``path`` ends in ``.csv`` (empty cells for NaN, floats written to round-trip exactly),
+    as Parquet otherwise."""
     table = validate(df, path)
     with atomic_output(path, overwrite=overwrite) as tmp:
-        table.to_parquet(tmp, index=False)
+        if Path(path).suffix.lower() == ".csv":
+            table.to_csv(tmp, index=False, lineterminator="\n")
+        else:
+            table.to_parquet(tmp, index=False)
     return Path(path)
 
 
+def is_csv_table(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a ``.csv`` file whose first line names every one of
+    :data:`REQUIRED_COLUMNS`: a tidy table, not a GuideLLM report (whose CSV starts with three
+    header rows of other names)."""
+    path = Path(path)
+    if path.suffix.lower() != ".csv" or not path.is_file():
+        return False
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            header = next(csv.reader(fh), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    return set(REQUIRED_COLUMNS) <= {name.strip() for name in header}
+
+
+# Cells a CSV table may use for "not measured" in a numeric column (compared case-insensitively).
+_CSV_MISSING = frozenset({"", "nan", "na", "n/a", "null", "none"})
+_CSV_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
+def _float(cell: str) -> float:
+    """The number in a CSV cell, NaN when it is not one."""
+    try:
+        return float(cell.replace("_", "x"))  # float() would take 1_000; a table should not
+    except ValueError:
+        return np.nan
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """A tidy CSV table with each known column parsed by its kind; unknown columns stay text."""
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False,
+                          encoding="utf-8-sig")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError,
+            ValueError) as exc:
+        raise SchemaError(f"not a readable CSV table ({type(exc).__name__}: {exc}); give one "
+                          "header row with the column names of bayeslat.data.schema.COLUMNS and "
+                          "one row per benchmark", path) from exc
+    if raw.empty:
+        raise SchemaError("no rows; a sweep table has one row per benchmark under its header",
+                          path)
+    raw.columns = [str(c).strip() for c in raw.columns]
+    dup = raw.columns[raw.columns.duplicated()]
+    if len(dup):
+        raise SchemaError("column named twice in the header; give each column once", path,
+                          dup[0])
+    kinds = {c.name: c for c in COLUMNS}
+    out = {}
+    for name in raw.columns:
+        text = raw[name].str.strip()
+        col = kinds.get(name)
+        if col is None or col.kind == "str":
+            out[name] = text
+            continue
+        if col.kind == "bool":
+            values = text.str.lower().map(_CSV_BOOLS)
+            bad = values.isna()
+            what = "true or false"
+        else:
+            missing = text.str.lower().isin(_CSV_MISSING)
+            # float() rounds exactly, so a table written by write_table reads back to the bit
+            values = pd.Series([np.nan if gone else _float(cell)
+                                for cell, gone in zip(text, missing, strict=True)],
+                               index=raw.index, dtype="float64")
+            bad = values.isna() & ~missing
+            what = f"a number{' in ' + col.unit if col.unit else ''} (empty when not measured)"
+            if col.kind == "int":
+                bad = bad | missing | (values.notna() & (values != np.round(values)))
+                what = f"a whole number{' of ' + col.unit if col.unit else ''}"
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise SchemaError(f"'{raw[name].iloc[i]}' on line {i + 2} is not {what}; fix that "
+                              "cell (units and meaning: bayeslat.data.schema.COLUMNS)", path, name)
+        out[name] = values.astype(bool) if col.kind == "bool" else values
+    return pd.DataFrame(out, index=raw.index)
+
+
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a Parquet sweep table and validate it."""
+    """Read a sweep table, Parquet or (suffix ``.csv``) tidy CSV, fill the optional columns it
+    leaves out (:func:`fill_optional`) and validate it.
+
+    Raises :class:`~bayeslat.errors.SchemaError` (an :class:`~bayeslat.errors.InputError`) naming
+    the file and the column for a missing file, an unreadable one, a missing required column, a
+    cell of the wrong type or a value the contract refuses.
+    """
     path = Path(path)
     if not path.is_file():
         raise SchemaError("no such file; give a sweep table written by 'bayeslat ingest' or "
-                          "'bayeslat simulate'", path)
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several unrelated types for a bad file
-        raise SchemaError(
-            f"not a readable Parquet file ({type(exc).__name__}); give a sweep table written by "
-            "'bayeslat ingest' or 'bayeslat simulate'", path) from exc
-    return validate(df, path)
+                          "'bayeslat simulate', or a tidy CSV with its columns", path)
+    if path.suffix.lower() == ".csv":
+        df = _read_csv(path)
+    else:
+        try:
+            df = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+            raise SchemaError(
+                f"not a readable Parquet file ({type(exc).__name__}); give a sweep table written "
+                "by 'bayeslat ingest' or 'bayeslat simulate', or a tidy CSV ending in .csv",
+                path) from exc
+    return validate(fill_optional(df, path), path)

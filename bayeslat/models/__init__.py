@@ -3,8 +3,11 @@
 =================  =====================================================================
 ``dense``          per-configuration ``C1``, ``C2``, partially pooled (the collapse)
 ``speculative``    six per-stage coefficients per group, ``E(alpha, k)``; no scaling laws
-``hierarchical``   the default: the six coefficients tied by linear scaling priors
+``hierarchical``   the six coefficients tied by linear scaling priors (the paper's model)
 ``moe``            hierarchical plus the expert-coverage split of an MoE verifier
+``capacity``       the default: hierarchical plus the compute wall near capacity, with the
+                   measured ceilings as data
+``dense-capacity`` dense plus the compute wall (per configuration; baseline-only sweeps)
 =================  =====================================================================
 
 Modules import PyMC; :func:`get` imports only the one asked for.
@@ -17,7 +20,10 @@ import importlib
 from bayeslat.errors import InputError
 
 VARIANTS = {"dense": "DenseModel", "speculative": "SpeculativeModel",
-            "hierarchical": "HierarchicalModel", "moe": "MoEModel"}
+            "hierarchical": "HierarchicalModel", "moe": "MoEModel",
+            "capacity": "CapacityModel", "dense-capacity": "DenseCapacityModel"}
+# Module of each variant (several variants can share one).
+MODULES = {"dense-capacity": "capacity"}
 DEFAULT = "hierarchical"
 
 
@@ -26,5 +32,5 @@ def get(variant: str):
     if variant not in VARIANTS:
         raise InputError(f"unknown model {variant!r}; use one of {', '.join(VARIANTS)}",
                          field="--model")
-    module = importlib.import_module(f"bayeslat.models.{variant}")
+    module = importlib.import_module(f"bayeslat.models.{MODULES.get(variant, variant)}")
     return getattr(module, VARIANTS[variant])

@@ -7,11 +7,14 @@ Likelihood (all variants), on the log of the mean latency of observation ``i``:
     s_i\bigr), \qquad s_i^2 = \sigma^2 + (\mathrm{se}_i / L_i)^2,
 
 ``se_i`` the standard error of the measured mean (:func:`bayeslat.data.schema.standard_error`),
-``sigma ~ HalfNormal``, ``nu ~ Gamma``. ``h`` is the saturation barrier
+``sigma ~ HalfNormal``, ``nu = 2 + Gamma`` (a finite variance: heavy enough tails for a few bad
+points, not for a systematic misfit). ``h`` is the saturation barrier
 :func:`log_headroom`: equal to the headroom ``1 − rps·C2`` wherever it exceeds a few times
 :data:`BARRIER_WIDTH`, and smoothly positive below, so the log density stays finite (and pushes
-back) if a proposal saturates an observed point. Rows flagged ``saturated`` are excluded and
-listed in :attr:`LatencyModel.excluded`.
+back) if a proposal saturates an observed point. Rows flagged ``saturated`` are excluded from
+this likelihood and listed in :attr:`LatencyModel.excluded`; the throughput benchmarks among them
+are the measured ceilings (:attr:`LatencyModel.ceilings`), which the variants that model the
+capacity (``capacity``, ``dense-capacity``) fit as data of their own.
 
 Every input goes through ``pm.Data`` (dims ``obs``, or ``curve`` for those of a configuration);
 :meth:`LatencyModel.predict` rebuilds the model on new rows and draws their coefficients from
@@ -37,7 +40,7 @@ from bayeslat.errors import FitError, InputError, NumericalError
 from bayeslat.files import atomic_output
 from bayeslat.scaling import ScalingConfig
 
-FORMAT = 1
+FORMAT = 2
 # Headroom (1 − rps·C2) around which the barrier takes over from the exact formula.
 BARRIER_WIDTH = 0.002
 # Columns a table of new rows needs for predict (moe columns default to 0: dense).
@@ -133,11 +136,14 @@ class LatencyModel:
     variant: ClassVar[str] = ""
     # Names of the per-observation Deterministics that predict returns.
     parts: ClassVar[tuple[str, ...]] = ("C1", "C2")
+    # Whether the model has a capacity of its own that the measured ceilings inform.
+    fits_ceilings: ClassVar[bool] = False
 
     def __init__(self, data: pd.DataFrame, config: ScalingConfig | None = None, *,
                  scales: dict | None = None, data_hash: str | None = None,
                  excluded: list[str] | None = None):
         table = schema.validate(data)
+        self.source = table
         self.data_hash = data_hash or table_hash(table)
         self.config = config or ScalingConfig()
         sat = table["saturated"].to_numpy()
@@ -149,6 +155,10 @@ class LatencyModel:
             raise FitError("every row is flagged saturated; nothing to fit")
         self.table = table[~sat].reset_index(drop=True)
         self.rows = prepare(self.table)
+        ceilings = prepare(table[(table["strategy"] == "throughput").to_numpy()])
+        #: the measured ceilings (throughput benchmarks, rps in req/s) of fitted configurations
+        self.ceilings = ceilings[ceilings["config"].isin(self.rows["config"])].reset_index(
+            drop=True)
         self.idata = None
         self.setup(scales)
 
@@ -167,11 +177,19 @@ class LatencyModel:
         raise NotImplementedError
 
     def log_mean(self, parts: dict, data: dict):
-        """Model log latency per observation (the Student-t location), from the parts and the
-        inputs gathered to the observations."""
+        r"""Model log latency per observation (the Student-t location), from the parts and the
+        inputs gathered to the observations: :math:`\log C_1 - \log h(1 - \mathrm{rps}\,C_2)`,
+        plus, where the parts have the compute wall (``C3``, ``Q``), its queue
+        :math:`Q\,C_3\,\rho / h(1 - \rho)`, :math:`\rho = \mathrm{rps}\,C_3`
+        (:func:`bayeslat.theory.latency`), both headrooms through the barrier."""
         import pytensor.tensor as pt
 
-        return pt.log(parts["C1"]) - log_headroom(1.0 - data["rps"] * parts["C2"])
+        memory = pt.log(parts["C1"]) - log_headroom(1.0 - data["rps"] * parts["C2"])
+        if "C3" not in parts:
+            return memory
+        rho = data["rps"] * parts["C3"]
+        queue = parts["Q"] * parts["C3"] * rho * pt.exp(-log_headroom(1.0 - rho))
+        return pt.log(pt.exp(memory) + queue)
 
     def start(self) -> dict[str, np.ndarray]:
         """A feasible start: values (constrained space) of the free variables."""
@@ -180,8 +198,33 @@ class LatencyModel:
     def latency(self, parts: xr.Dataset, rows: pd.DataFrame) -> xr.DataArray:
         """Exact latency (``inf`` past saturation) from predicted parts, via theory."""
         lat = theory.latency(xr.DataArray(rows["rps"].to_numpy(), dims="obs"), parts["C1"],
-                             parts["C2"])
+                             parts["C2"], parts.get("C3", 0.0), parts.get("Q", 0.0))
         return lat.transpose("chain", "draw", "obs")
+
+    def capacity(self, parts: xr.Dataset) -> xr.DataArray:
+        """The model's saturation rate (req/s) from predicted parts: ``1/max(C2, C3)``."""
+        return theory.capacity(parts["C2"], parts.get("C3", 0.0))
+
+    def ceiling_likelihood(self, parts: dict, curves: pd.DataFrame) -> None:
+        """The measured ceilings as data: ``log ceiling ~ Normal(−log max(C2, C3), sigma_cap)``,
+        ``sigma_cap ~ Gamma(5, 5/m)``, for the variants whose capacity is a parameter
+        (:attr:`fits_ceilings`)."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        if not self.fits_ceilings or self.ceilings.empty:
+            return
+        idx = pm.Data("ceiling_idx", pd.Index(curves["config"]).get_indexer(
+            self.ceilings["config"]), dims="ceiling")
+        log_cap = -pt.log(pt.maximum(parts["C2"], parts["C3"]))[idx]
+        # Gamma(5, 5/mean) keeps well away from 0 (P(< mean/5) ≈ 0.0004): a sweep has one
+        # ceiling per configuration, too few on a small sweep to pin a scale that could
+        # otherwise collapse onto them (a funnel, and divergences)
+        mean = self.config.prior("ceiling_sigma_mean")
+        sigma = pm.Gamma("sigma_ceiling", alpha=5.0, beta=5.0 / mean)
+        observed = pm.Data("log_ceiling_obs", np.log(self.ceilings["rps"].to_numpy(float)),
+                           dims="ceiling")
+        pm.Normal("log_ceiling", mu=log_cap, sigma=sigma, observed=observed, dims="ceiling")
 
     # -- building ------------------------------------------------------------------------------
     def curve_inputs(self, curves: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -208,6 +251,8 @@ class LatencyModel:
         coords = {"obs": np.arange(len(rows)), **self.coords()}
         if not predicting:
             coords["curve"] = curves["config"].to_numpy()
+            if self.fits_ceilings and not self.ceilings.empty:
+                coords["ceiling"] = self.ceilings["config"].to_numpy()
         with pm.Model(coords=coords) as model:
             data = {name: pm.Data(name, values, dims=cdim)
                     for name, values in self.curve_inputs(curves).items()}
@@ -221,9 +266,10 @@ class LatencyModel:
             at_obs = {name: value[idx] for name, value in data.items()}
             at_obs["rps"] = pm.Data("rps", rows["rps"].to_numpy(float), dims="obs")
             mu = self.log_mean({name: value[idx] for name, value in parts.items()}, at_obs)
+            self.ceiling_likelihood(parts, curves)
             sigma = pm.HalfNormal("sigma", sigma=self.config.prior("sigma_scale"))
             a, b = self.config.prior("nu_gamma")
-            nu = pm.Gamma("nu", alpha=a, beta=b)
+            nu = pm.Deterministic("nu", 2.0 + pm.Gamma("nu_excess", alpha=a, beta=b))
             se_rel = pm.Data("se_rel", rows["se_rel"].to_numpy(float), dims="obs")
             observed = pm.Data("log_latency_obs", rows["log_latency"].to_numpy(float), dims="obs")
             pm.StudentT("log_latency", nu=nu, mu=mu,
@@ -232,7 +278,8 @@ class LatencyModel:
 
     def initial_values(self) -> dict[str, np.ndarray]:
         """The feasible start of every free variable (constrained values)."""
-        return self.start() | {"sigma": 0.05, "nu": 10.0}
+        extra = {"sigma_ceiling": 0.05} if self.fits_ceilings and not self.ceilings.empty else {}
+        return self.start() | {"sigma": 0.05, "nu_excess": 8.0} | extra
 
     def check_start(self, model) -> float:
         """The log density at the start; raise :class:`NumericalError` if it is not finite."""
@@ -263,7 +310,7 @@ class LatencyModel:
                 "priors": json.dumps(self.config.to_dict()["priors"], sort_keys=True),
                 # feature order matters (it is the order of the betas): keep it
                 "feature_scales": json.dumps(self.scales_dict()),
-                "data_hash": self.data_hash, "fit_data_hash": table_hash(self.table),
+                "data_hash": self.data_hash, "fit_data_hash": table_hash(self.source),
                 "excluded": json.dumps(self.excluded)}
 
     def scales_dict(self) -> dict:
@@ -275,7 +322,8 @@ class LatencyModel:
             raise FitError("the model is not fitted; call fit() before save()")
         idata = self.idata.copy()
         idata.posterior.attrs.update(self.attrs())
-        fit_data = xr.Dataset.from_dataframe(self.table.rename_axis("obs"))
+        # the whole table, saturated rows too: the model rebuilt from it finds its ceilings
+        fit_data = xr.Dataset.from_dataframe(self.source.rename_axis("row"))
         idata.add_groups({"fit_data": fit_data}, warn_on_custom_groups=False)
         with atomic_output(path, overwrite=overwrite) as tmp:
             idata.to_netcdf(str(tmp), engine="h5netcdf")
@@ -290,7 +338,7 @@ class LatencyModel:
         model = cls(table, ScalingConfig.from_json(attrs["config"]),
                     scales=json.loads(attrs["feature_scales"]), data_hash=attrs["data_hash"],
                     excluded=json.loads(attrs["excluded"]))
-        if table_hash(model.table) != attrs["fit_data_hash"]:
+        if table_hash(model.source) != attrs["fit_data_hash"]:
             raise FitError("the stored training data do not match the model built from them; "
                            "refit", path)
         for dim, labels in model.coords().items():
@@ -316,8 +364,9 @@ class LatencyModel:
 
         Returns
         -------
-        Dataset with dims ``(chain, draw, obs)``: the parts (``C1``, ``C2``, ...) and
-        ``latency`` (s, ``inf`` past saturation); coords ``config`` and ``rps`` on ``obs``.
+        Dataset with dims ``(chain, draw, obs)``: the parts (``C1``, ``C2``, ...),
+        ``latency`` (s, ``inf`` past saturation) and ``capacity`` (req/s, the load at which the
+        row's configuration saturates); coords ``config`` and ``rps`` on ``obs``.
         """
         import pymc as pm
 
@@ -333,6 +382,7 @@ class LatencyModel:
                                             compile_kwargs=fast_mode(self.idata))
         ds = pp.predictions[list(self.parts)]
         ds["latency"] = self.latency(ds, rows)
+        ds["capacity"] = self.capacity(ds).transpose("chain", "draw", "obs")
         return ds.assign_coords(config=("obs", rows["config"].to_numpy()),
                                 rps=("obs", rows["rps"].to_numpy()))
 

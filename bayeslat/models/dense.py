@@ -8,8 +8,10 @@ its own curve ``L = C1_c / (1 − rps·C2_c)``:
     \mu_q \sim N(\log m_q, s), \quad \tau_q \sim \mathrm{HalfNormal}(t),
 
 with the medians ``m`` and scales ``s``, ``t`` from the config's priors, and the likelihood of
-:mod:`bayeslat.models.base`. Nothing ties a configuration to its ``alpha``, ``k`` or lengths, so
-it predicts new loads for measured configurations only.
+:mod:`bayeslat.models.base`. With fewer than :data:`MIN_POOLED` configurations there is nothing
+to pool: each ``log C`` has the population prior ``N(log m_q, s)`` itself. Nothing ties a
+configuration to its ``alpha``, ``k`` or lengths, so it predicts new loads for measured
+configurations only.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from bayeslat.errors import FitError
 from bayeslat.models import start as st
 from bayeslat.models.base import LatencyModel
 
+# One or two curves cannot tell a population's spread from its mean (a funnel for NUTS).
+MIN_POOLED = 3
+
 
 class DenseModel(LatencyModel):
     """Per-configuration ``C1``, ``C2`` with partial pooling."""
@@ -29,6 +34,7 @@ class DenseModel(LatencyModel):
 
     def setup(self, scales: dict | None) -> None:
         self.configs = pd.Index(pd.unique(self.rows["config"]))
+        self.pooled = len(self.configs) >= MIN_POOLED
 
     def coords(self):
         return {"config": self.configs.to_numpy()}
@@ -48,21 +54,30 @@ class DenseModel(LatencyModel):
                            "model to predict new configurations")
         cidx = pm.Data("config_idx", idx, dims=dim)
         out = {}
-        for name in ("C1", "C2"):
-            median = self.config.prior(f"dense_{name.lower()}_median")
-            mu = pm.Normal(f"mu_log_{name}", np.log(median), self.config.prior("dense_log_sd"))
-            tau = pm.HalfNormal(f"tau_log_{name}", sigma=1.0)
-            log_c = pm.Normal(f"log_{name}", mu=mu, sigma=tau, dims="config")
+        for name in self.parts:
+            median = np.log(self.config.prior(f"dense_{name.lower()}_median"))
+            sd = self.config.prior("dense_q_log_sd" if name == "Q" else "dense_log_sd")
+            if self.pooled:
+                mu = pm.Normal(f"mu_log_{name}", median, sd)
+                tau = pm.HalfNormal(f"tau_log_{name}", sigma=1.0)
+                log_c = pm.Normal(f"log_{name}", mu=mu, sigma=tau, dims="config")
+            else:
+                log_c = pm.Normal(f"log_{name}", median, sd, dims="config")
             out[name] = pt.exp(log_c)[cidx]
+        return out
+
+    def pooled_start(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
+        """Start values of ``log_<name>`` per configuration (and of its population)."""
+        log_c = np.log(values)
+        out = {f"log_{name}": log_c}
+        if self.pooled:
+            out |= {f"mu_log_{name}": float(log_c.mean()),
+                    f"tau_log_{name}": float(np.clip(log_c.std(), 0.05, 3.0))}
         return out
 
     def start(self):
         rows = self.rows
         codes = self.configs.get_indexer(rows["config"])
         fits = st.linear_fits(codes, rows["rps"].to_numpy(), rows["latency_mean"].to_numpy())
-        out = {}
-        for name in ("C1", "C2"):
-            log_c = np.log(fits[name].to_numpy())
-            out |= {f"log_{name}": log_c, f"mu_log_{name}": float(log_c.mean()),
-                    f"tau_log_{name}": float(np.clip(log_c.std(), 0.05, 3.0))}
-        return out
+        return self.pooled_start("C1", fits["C1"].to_numpy()) | self.pooled_start(
+            "C2", fits["C2"].to_numpy())

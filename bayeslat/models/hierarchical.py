@@ -39,13 +39,15 @@ UNIT_COLUMNS = ("verifier_params_b", "prefill_tokens", "decode_tokens", "drafter
 
 
 def _dim(coef: str) -> str:
-    return "group" if coef in scaling.VERIFIER_COEFS else "draft"
+    return "draft" if coef in scaling.DRAFTER_COEFS else "group"
 
 
 class HierarchicalModel(LatencyModel):
     """Six per-stage coefficients per group and drafter, tied by linear scaling priors."""
 
     variant = "hierarchical"
+    # the coefficients this variant samples (the capacity variant adds the compute wall's)
+    coef_names: tuple[str, ...] = scaling.COEFS
 
     def features(self, coef: str) -> tuple[str, ...]:
         """The features ``coef`` scales with (intercept first)."""
@@ -62,7 +64,7 @@ class HierarchicalModel(LatencyModel):
                 list(UNIT_COLUMNS)],
         }
         self.scales, self.x = {}, {}
-        for coef in scaling.COEFS:
+        for coef in self.coef_names:
             units = self.units[_dim(coef)]
             given = None if scales is None else scales[coef]
             self.x[coef], self.scales[coef] = scaling.standardise(units, self.features(coef),
@@ -74,7 +76,7 @@ class HierarchicalModel(LatencyModel):
     def coords(self):
         return {"group": self.units["group"].index.to_numpy(),
                 "draft": self.units["draft"].index.to_numpy(),
-                **{f"{c}_feature": list(self.scales[c]) for c in scaling.COEFS}}
+                **{f"{c}_feature": list(self.scales[c]) for c in self.coef_names}}
 
     def unit_coefficient(self, coef: str, new_units: pd.DataFrame):
         """The coefficient of every known unit, then of each new unit (population + fresh
@@ -99,8 +101,9 @@ class HierarchicalModel(LatencyModel):
             value = pt.concatenate([value, pt.exp(pt.log(pt.dot(x_new, beta)) + tau * z_new)])
         return value
 
-    def stage_coefficients(self, rows: pd.DataFrame, dim: str):
-        """The six coefficients of each row (dim ``dim``), gathered one column at a time."""
+    def unit_vectors(self, rows: pd.DataFrame, dim: str):
+        """Every coefficient per unit (known units, then the new ones ``rows`` brings) and the
+        ``group`` and ``draft`` index of each row (dim ``dim``) into those vectors."""
         import pymc as pm
 
         model = pm.modelcontext(None)
@@ -115,8 +118,14 @@ class HierarchicalModel(LatencyModel):
                 model.add_coord(f"new_{kind}", labels.to_numpy())
         index = {"group": pm.Data("group_idx", gidx, dims=dim),
                  "draft": pm.Data("draft_idx", didx, dims=dim)}
-        return {coef: self.unit_coefficient(coef, new_units[_dim(coef)])[index[_dim(coef)]]
-                for coef in scaling.COEFS}
+        vectors = {coef: self.unit_coefficient(coef, new_units[_dim(coef)])
+                   for coef in self.coef_names}
+        return vectors, index
+
+    def stage_coefficients(self, rows: pd.DataFrame, dim: str):
+        """The coefficients of each row (dim ``dim``), gathered one column at a time."""
+        vectors, index = self.unit_vectors(rows, dim)
+        return {coef: vectors[coef][index[_dim(coef)]] for coef in self.coef_names}
 
     def coefficients(self, curves, data, dim):
         c = self.stage_coefficients(curves, dim)
@@ -172,7 +181,7 @@ class HierarchicalModel(LatencyModel):
     def start(self) -> dict[str, np.ndarray]:
         values = self.unit_start()
         out = {}
-        for coef in scaling.COEFS:
+        for coef in self.coef_names:
             c, x = values[coef], self.x[coef]
             beta, _ = st.nnls(x / c[:, None], np.ones(len(c)))
             beta = st.floor_positive(beta, 0.01)

@@ -75,6 +75,10 @@ class MoEModel(HierarchicalModel):
     def start(self):
         return super().start() | {"moe_share_c1": 0.3, "moe_share_c2": 0.3}
 
+    def capacity(self, parts):
+        """Saturation rate (req/s) at full coverage, ``1/(C2u + C2s)``: a lower bound."""
+        return theory.capacity(parts["C2u"] + parts["C2s"])
+
     def latency(self, parts, rows):
         def col(name):
             return xr.DataArray(rows[name].to_numpy(float), dims="obs")

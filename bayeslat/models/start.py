@@ -73,6 +73,18 @@ def curve_fits(config: np.ndarray, rps: np.ndarray, latency: np.ndarray) -> pd.D
     return pd.DataFrame(out, columns=["c", "C1", "C2"]).set_index("c")
 
 
+def compute_fits(config: np.ndarray, rps: np.ndarray, ceilings: pd.Series) -> pd.Series:
+    """A start for ``C3`` (compute time per request, s) of each configuration.
+
+    ``1/ceiling`` where the configuration's throughput benchmark measured one (``ceilings``,
+    req/s, indexed by configuration index), else a capacity of twice its highest measured rate;
+    either way kept so that every row has ``rps·C3 <= MAX_LOAD``.
+    """
+    top = pd.Series(rps).groupby(config).max()
+    c3 = (1.0 / ceilings.reindex(top.index)).fillna(0.5 / top)
+    return np.minimum(c3, MAX_LOAD / top.clip(lower=1e-9)).rename("C3")
+
+
 def stage_coefficients(cycles: np.ndarray, drafted: np.ndarray, draft: np.ndarray,
                        target: np.ndarray, n_drafts: int) -> tuple[float, float, np.ndarray]:
     """Non-negative ``(c_p, c_v, c_d per draft)`` with ``target ≈ c_p + cycles·c_v +

@@ -3,7 +3,9 @@
 One module per section; :func:`build` assembles them in :data:`SECTIONS` order into one page
 (:mod:`bayeslat.report.page`) whose figures and styles are embedded, so it opens in any browser
 with no network. Every section is about the first model given; with several models the
-diagnostics section adds their PSIS-LOO comparison.
+diagnostics section adds their PSIS-LOO comparison. The page opens with the model's adequacy
+(:mod:`bayeslat.adequacy`); a fit that did not converge is refused
+(:func:`bayeslat.fit.require_converged`) unless allowed, and then named at the top.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from bayeslat import __version__
 from bayeslat.files import atomic_output
 
 # Section ids, in page order (each is a module of this package with a ``section`` function).
-SECTIONS = ("data", "collapse", "coefficients", "ratios", "speedup", "kstar", "diagnostics",
-            "limits")
+SECTIONS = ("adequacy", "data", "collapse", "coefficients", "ratios", "speedup", "kstar",
+            "diagnostics", "limits")
 
 
 def _names(paths: Sequence[Path]) -> list[str]:
@@ -27,7 +29,8 @@ def _names(paths: Sequence[Path]) -> list[str]:
 
 
 def build(paths: Sequence[str | os.PathLike], seed: int = 0,
-          status: Callable[[str], None] | None = None) -> str:
+          status: Callable[[str], None] | None = None,
+          allow_unconverged: bool = False) -> str:
     """The HTML report of the fits in ``paths`` (files written by ``bayeslat fit``).
 
     Parameters
@@ -35,9 +38,18 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
     paths
         One or more fits; the first is the one reported on, all are compared by PSIS-LOO.
     seed
-        Seed of the thinning of draws and of the draws for unmeasured groups.
+        Seed of the thinning of draws, of the draws for unmeasured groups and of the
+        adequacy check's scatter (the same figures as ``bayeslat fit --seed``).
     status
         Optional callable taking a one-line message about the current step.
+    allow_unconverged
+        Report on fits that did not converge (else :class:`~bayeslat.errors.FitError`); the
+        page then says so at the top.
+
+    Raises
+    ------
+    FitError
+        A fit did not converge and ``allow_unconverged`` is false.
     """
     import importlib
 
@@ -47,11 +59,17 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
 
     say = status or (lambda message: None)
     paths = [Path(p) for p in paths]
-    models = {}
+    models, unconverged = {}, {}
     for name, path in zip(_names(paths), paths, strict=True):
         say(f"loading {path}")
         models[name] = fit.load(path)
+        diag = fit.require_converged(models[name], allow_unconverged)
+        if not diag.converged:
+            unconverged[name] = "; ".join(diag.problems())
     data = inp.Inputs(models, seed=seed)
+    data.unconverged = unconverged
+    say("checking the fit against its data")
+    data.check_adequacy()
     say("predicting latency at the measured points and along each configuration")
     data.predict_latency()
     data.predict_decisions(say)
@@ -69,19 +87,33 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
             f"seed {seed}). Made by bayeslat {__version__}."]
     if len(models) > 1:
         meta.append("Compared with: " + ", ".join(list(models)[1:]) + " (see Diagnostics).")
-    return page.render(f"bayeslat report: {data.name}", meta, sections)
+    return page.render(f"bayeslat report: {data.name}", meta, sections, alerts(data))
+
+
+def alerts(data) -> list[str]:
+    """What the reader must see before anything else: fits that did not converge, and
+    whether the model failed its adequacy check."""
+    out = [f"The fit {name} did not converge ({why}): every band, probability and decision "
+           "below may be wrong. Refit with more --tune and --draws before acting on this "
+           "report." for name, why in data.unconverged.items()]
+    if data.check is not None and data.check.warnings:
+        out.append(f"The model misfits its data ({len(data.check.warnings)} adequacy "
+                   "warning(s)): read the adequacy section before the decisions.")
+    return out
 
 
 def write(paths: Sequence[str | os.PathLike], output: str | os.PathLike, *,
           overwrite: bool = False, seed: int = 0,
-          status: Callable[[str], None] | None = None) -> Path:
+          status: Callable[[str], None] | None = None,
+          allow_unconverged: bool = False) -> Path:
     """Build the report of ``paths`` and write it to ``output`` atomically.
 
     An existing ``output`` is an error unless ``overwrite``; it is checked before the
-    (minute-long) build starts.
+    (minute-long) build starts. ``allow_unconverged``: see :func:`build`.
     """
     with atomic_output(output, overwrite=overwrite) as tmp:
-        tmp.write_text(build(paths, seed=seed, status=status), encoding="utf-8")
+        tmp.write_text(build(paths, seed=seed, status=status,
+                             allow_unconverged=allow_unconverged), encoding="utf-8")
     return Path(output)
 
 

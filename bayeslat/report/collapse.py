@@ -9,7 +9,7 @@ import pandas as pd
 import xarray as xr
 from matplotlib import ticker
 
-from bayeslat import theory
+from bayeslat import adequacy, theory
 from bayeslat.data import schema
 from bayeslat.fit import full_coefficients
 from bayeslat.report import page
@@ -38,19 +38,28 @@ def section(inputs) -> page.Section:
             page.text("Points: measured mean latency ± 2 standard errors. Grey bands: 50% and "
                       "90% posterior predictive intervals; line: posterior median of the "
                       "model's mean latency. Where the band leaves the plot the configuration "
-                      "saturates."))
+                      "saturates. A thick frame and MISFIT in the title: fewer than "
+                      f"{adequacy.CONFIG_COVERAGE_MIN:.0%} of the configuration's points lie "
+                      "inside their 90% interval (the share is given; see the adequacy "
+                      "section)."))
+    check = inputs.check
     shown = list(pd.unique(labels))[:MAX_GROUPS]
     for group in shown:
-        out.add(page.figure(group_figure(table, fitted, inputs.curve_rows, inputs.curves, group),
-                            f"Posterior predictive check, group {group}.", f"check {group}"))
+        fig = group_figure(table, fitted, inputs.curve_rows, inputs.curves, group,
+                           None if check is None else check.configs)
+        out.add(page.figure(fig, f"Posterior predictive check, group {group}.",
+                            f"check {group}"))
     if labels.nunique() > MAX_GROUPS:
         out.add(page.text(f"Figures are shown for the first {MAX_GROUPS} of "
                           f"{labels.nunique()} groups; the table lists every configuration."))
     out.add("<h3>Coverage per configuration</h3>",
             page.text("Share of measured points inside the 50% and 90% predictive intervals "
-                      "(about 0.5 and 0.9 when the model is adequate), and the median relative "
-                      "error of the posterior median latency. Worst first."),
-            page.table(coverage(table, fitted), scroll=True))
+                      "(about 0.5 and 0.9 when the model is adequate), of its top "
+                      f"{adequacy.TOP_LOADS} loads inside the 90% interval, the mean "
+                      "standardised residual (positive: measured above the model) and the "
+                      "model capacity over the measured ceiling. Worst first."),
+            page.table(coverage(table, fitted) if check is None else
+                       coverage_table(check.configs), scroll=True))
     return out
 
 
@@ -111,8 +120,16 @@ def _binned_median(x, y, bins: int = 12):
             np.array([np.median(y[idx == b]) for b in used]))
 
 
-def group_figure(table, fitted, curve_rows, curves, group: str):
-    """One panel per configuration of ``group``: measured points over the predicted band."""
+def group_figure(table, fitted, curve_rows, curves, group: str,
+                 configs: pd.DataFrame | None = None):
+    """One panel per configuration of ``group``: measured points over the predicted band.
+
+    ``configs`` (:attr:`bayeslat.adequacy.Adequacy.configs`) marks the misfit configurations:
+    a thick frame and their 90% coverage in the title (the page is grey-scale, so the mark
+    does not rely on colour alone).
+    """
+    misfit = ({} if configs is None else
+              configs.loc[configs["misfit"]].set_index("config")["inside_90"].to_dict())
     in_group = (schema.group_labels(table) == group).to_numpy()
     configs = (table[in_group].sort_values(["k", "alpha"]).pipe(schema.config_labels).unique())
     curve_labels = schema.config_labels(curve_rows).to_numpy()
@@ -134,7 +151,13 @@ def group_figure(table, fitted, curve_rows, curves, group: str):
                     fmt="o", ms=3, mfc="white", mec="k", ecolor="k", lw=0.8)
         top = pts["latency_mean"].max()
         ax.set_ylim(0, 1.6 * top if np.isfinite(top) else None)
-        ax.set_title(config.removeprefix(group).strip(), fontsize=8)
+        title = config.removeprefix(group).strip()
+        if config in misfit:
+            title += f"\nMISFIT: {misfit[config]:.0%} inside 90%"
+            for spine in ax.spines.values():
+                spine.set(color="#b00000", linewidth=2.5)
+        ax.set_title(title, fontsize=8, color="#b00000" if config in misfit else "k",
+                     fontweight="bold" if config in misfit else "normal")
         ax.tick_params(labelsize=7)
     for ax in axes:
         ax.set_xlabel("rps (req/s)", fontsize=7)
@@ -142,6 +165,19 @@ def group_figure(table, fitted, curve_rows, curves, group: str):
     fig.suptitle(group, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def coverage_table(configs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration (:attr:`bayeslat.adequacy.Adequacy.configs`), worst first."""
+    order = configs.sort_values(["inside_90", "inside_50", "mean_abs_z"],
+                                ascending=[True, True, False], kind="stable")
+    return pd.DataFrame({
+        "configuration": order["config"], "points": order["points"],
+        "inside 50%": order["inside_50"], "inside 90%": order["inside_90"],
+        f"top {adequacy.TOP_LOADS} inside 90%": order["top_inside_90"],
+        "mean z": order["mean_z"], "capacity / ceiling": order["capacity_ratio"],
+        "misfit": order["misfit"].map({True: "yes", False: ""}),
+    }).reset_index(drop=True)
 
 
 def coverage(table: pd.DataFrame, fitted: xr.Dataset) -> pd.DataFrame:

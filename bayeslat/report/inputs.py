@@ -1,9 +1,11 @@
 """What the sections draw from: the fitted models, thinned draws and the few predictions shared.
 
 Predictions cost seconds each (every call rebuilds the model), so a report makes few: one for the
-fitted rows and the per-configuration latency curves together, and one decision call per setup
-(each on its own load grid, because setups saturate at very different rates). They use at most
-:data:`MAX_DRAWS` posterior draws, picked at random with the report's seed.
+fitted rows and the per-configuration latency curves together, one for the adequacy check
+(:func:`bayeslat.adequacy.check`, the same figures ``bayeslat fit`` prints), and one decision
+call per setup (each on its own load grid, up to about the setup's measured ceiling, because
+setups saturate at very different rates). They use at most :data:`MAX_DRAWS` posterior draws,
+picked at random with the report's seed.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import decide
+from bayeslat import adequacy, decide
 from bayeslat.data import schema
 from bayeslat.errors import BayeslatError
-from bayeslat.fit import full_coefficients
 from bayeslat.report import page
 
 MAX_DRAWS = 400
@@ -26,6 +27,9 @@ MAX_DRAWS = 400
 # decision grids also to the baseline's saturation (past any break-even).
 GRID_POINTS = 30
 GRID_REACH = 1.15
+# Decision grids end this far past the setup's measured ceiling (its baseline's throughput
+# benchmark), or past its highest measured load where no ceiling was measured.
+CEILING_REACH = 1.05
 # Acceptance rates for the C1R/C2R curves, besides the measured ones.
 ALPHA_GRID = np.linspace(0.4, 0.95, 12)
 # Acceptance rates shown in speedup panels and the tables, per setup (the measured ones).
@@ -51,6 +55,11 @@ class Inputs:
     # Per setup: the measured acceptance rates (at most MAX_ALPHAS) that speedup panels show.
     shown_alphas: dict[str, list[float]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    # Per setup: the highest measured load and the measured ceiling (None: not measured), req/s.
+    load_limits: dict[str, tuple[float, float | None]] = field(default_factory=dict)
+    check: adequacy.Adequacy | None = None
+    # Models (by name) whose fit did not converge, with what failed; reported at the top.
+    unconverged: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         self.model = next(iter(self.models.values()))
@@ -71,14 +80,22 @@ class Inputs:
         self.curves = pred.isel(obs=slice(n, None))
         self.curve_rows = grid
 
+    def check_adequacy(self) -> None:
+        """The posterior predictive adequacy of the model (all its draws, as ``bayeslat fit``
+        checks it, so the figures are the same for the same seed)."""
+        self.check = adequacy.check(self.model, seed=self.seed)
+
     def predict_decisions(self, status=None) -> None:
         """The decision Dataset (:func:`bayeslat.decide.from_model`) of every setup.
 
-        A setup the model cannot predict (the dense variant knows only the measured
-        configurations) is listed in :attr:`skipped` with the reason.
+        Each setup's load grid ends a little past its measured ceiling (the baseline's
+        throughput benchmark), or past its highest measured load where there is none; the
+        limits are kept in :attr:`load_limits`. A setup the model cannot predict (the dense
+        variant knows only the measured configurations) is listed in :attr:`skipped` with
+        the reason.
         """
         table = self.model.table
-        saturation = self.baseline_saturation()
+        ceilings = adequacy.group_ceilings(self.model)
         for i, row in decide.setups(table).iterrows():
             if status:
                 status(f"decisions for {row['setup']}")
@@ -88,8 +105,10 @@ class Inputs:
             grid = measured if hasattr(self.model, "known") else np.r_[ALPHA_GRID, measured]
             alphas = np.unique(np.round(grid, 3))
             setup = row.to_frame().T.infer_objects()
-            highest = max(rows["rps"].max() * GRID_REACH,
-                          saturation.get(schema.group_labels(setup).iloc[0], 0.0))
+            top = float(rows["rps"].max())
+            ceiling = ceilings.get(schema.group_labels(setup).iloc[0])
+            self.load_limits[row["setup"]] = (top, ceiling)
+            highest = max(top, ceiling or 0.0) * CEILING_REACH
             try:
                 ds = decide.from_model(self.thin, setup, alphas, np.unique(rows["k"]),
                                        np.linspace(0.0, highest, GRID_POINTS),
@@ -100,13 +119,11 @@ class Inputs:
             self.decisions[row["setup"]] = ds.isel(setup=0)
             self.shown_alphas[row["setup"]] = pick(measured, alphas)
 
-    def baseline_saturation(self) -> dict[str, float]:
-        """Per group with a measured baseline: the load (req/s) at which the baseline
-        saturates, 1/C2 at the posterior median, so that decision grids reach past RPS*."""
-        c2 = full_coefficients(self.fitted)[1].median(("chain", "draw")).values
-        base = (self.model.table["k"] == 0).to_numpy()
-        groups = schema.group_labels(self.model.table)[base]
-        return (1.0 / pd.Series(c2[base], index=groups.to_numpy())).groupby(level=0).min().to_dict()
+    def mark_loads(self, ax, setup: str, label: bool = True) -> None:
+        """Mark a panel of ``setup`` against load: the extrapolation beyond its highest
+        measured load and its measured ceiling (:func:`page.mark_loads`)."""
+        measured, ceiling = self.load_limits.get(setup, (np.nan, None))
+        page.mark_loads(ax, measured, ceiling, label)
 
     def skipped_note(self) -> str:
         """A warning paragraph naming the setups without decisions ('' if none)."""

@@ -21,11 +21,15 @@ def section(inputs) -> page.Section:
         "rate and load. Grey level: the most probable k* (darker = longer drafts); contours: "
         "the probability P(k* = k) of that most probable k (0.5, 0.8, 0.95), so pale regions "
         "between contours are where the data cannot yet tell the draft lengths apart. "
-        "Hatched: every k saturates in more than half the draws."))
+        "Hatched: every k saturates in more than half the draws. Loads end a little past "
+        "the setup's measured ceiling (dashed line; the highest measured load where no "
+        "ceiling was measured); shaded: loads above the highest measured one, where k* is "
+        "extrapolation."))
     out.add(inputs.skipped_note())
     if not inputs.decisions:
         return out
-    out.add(page.figure(map_figure(inputs.decisions), "Most probable k* and its probability "
+    out.add(page.figure(map_figure(inputs.decisions, inputs.load_limits),
+                        "Most probable k* and its probability "
                         "over acceptance rate and load, per setup.", "k* map"))
     out.add(page.figure(probability_figure(inputs), "P(k* = k) for every k against load, at "
                         "the middle measured acceptance rate of each setup.", "P(k* = k)"))
@@ -42,7 +46,10 @@ def _epsilon(decisions) -> float:
     return float(next(iter(decisions.values())).attrs.get("epsilon", 0.05))
 
 
-def map_figure(decisions: dict):
+def map_figure(decisions: dict, limits: dict | None = None):
+    """The most probable k* over (rps, alpha) per setup; ``limits`` (per setup: highest
+    measured load, measured ceiling) mark the load axis."""
+    limits = limits or {}
     ks = sorted({int(k) for ds in decisions.values() for k in ds["k"].values})
     cmap = colors.ListedColormap([str(v) for v in np.linspace(0.95, 0.15, len(ks))])
     norm = colors.BoundaryNorm(np.arange(len(ks) + 1) - 0.5, len(ks))
@@ -65,6 +72,9 @@ def map_figure(decisions: dict):
         if (total < 0.5).any():
             ax.contourf(rps, alpha, (total < 0.5).astype(float), levels=[0.5, 1.5],
                         colors="none", hatches=["////"])
+        ax.set_xlim(rps.min(), rps.max())
+        if setup in limits:
+            page.mark_loads(ax, *limits[setup], shade="white", alpha=0.4)
         ax.set_title(page.two_lines(setup), fontsize=7)
         ax.set_xlabel("load rps (req/s)", fontsize=8)
         ax.set_ylabel("acceptance rate alpha", fontsize=8)
@@ -88,6 +98,8 @@ def probability_figure(inputs):
                     marker=st["marker"], markevery=4, ms=3.5, mfc="white", lw=1.1,
                     label=f"k={k}")
         ax.set_ylim(-0.03, 1.03)
+        ax.set_xlim(float(ds["rps"].min()), float(ds["rps"].max()))
+        inputs.mark_loads(ax, setup)
         ax.set_title(f"{page.two_lines(setup)}, alpha = {alpha:g}", fontsize=7)
         ax.set_xlabel("load rps (req/s)", fontsize=8)
         ax.set_ylabel("P(k* = k)", fontsize=8)

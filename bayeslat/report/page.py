@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # reports are written headless
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 DPI = 90
@@ -40,6 +41,7 @@ td:first-child, th:first-child { text-align: left; }
 .scroll { max-height: 32em; overflow: auto; }
 .note { background: #f4f4f4; border-left: 4px solid #555; padding: .5em 1em; }
 .warn { background: #fff4e0; border-left: 4px solid #a60; padding: .5em 1em; }
+.alert { background: #fde8e8; border: 2px solid #a00; padding: .6em 1em; font-weight: bold; }
 code { background: #f2f2f2; padding: 0 .2em; }
 """
 
@@ -113,13 +115,49 @@ def table(df: pd.DataFrame, floatfmt: str = "{:.3g}", scroll: bool = False) -> s
     return f'<div class="scroll">{body}</div>' if scroll else body
 
 
-def render(title: str, meta: list[str], sections: list[Section]) -> str:
-    """The whole page: title, what it was made from, a table of contents, the sections."""
+def render(title: str, meta: list[str], sections: list[Section],
+           alerts: list[str] = ()) -> str:
+    """The whole page: title, warnings that must be read first (``alerts``, e.g. a fit that
+    did not converge), what it was made from, a table of contents, the sections."""
     toc = "".join(f'<li><a href="#{s.id}">{html.escape(s.title)}</a></li>' for s in sections)
+    top = "".join(text(line, "alert") + "\n" for line in alerts)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            f"<h1>{html.escape(title)}</h1>\n{items(meta)}\n<nav><ol>{toc}</ol></nav>\n"
+            f"<h1>{html.escape(title)}</h1>\n{top}{items(meta)}\n<nav><ol>{toc}</ol></nav>\n"
             + "\n".join(s.html() for s in sections) + "\n</body>\n</html>\n")
+
+
+# Marks of the load axis of speedup and k* panels.
+EXTRAPOLATION = "extrapolation"
+CEILING = "measured ceiling"
+HIGHEST = "highest measured load"
+
+
+def mark_loads(ax, measured: float, ceiling: float | None, label: bool = True,
+               shade: str = "0.5", alpha: float = 0.18) -> None:
+    """Mark a load axis: loads beyond the highest measured one (``measured``, req/s) shaded
+    (``shade``, ``alpha``; a white veil suits dark maps) and labelled "extrapolation" at the
+    panel's bottom right, and a dashed vertical line at the measured ceiling (or, where none
+    was measured, at the highest measured load). Call after the x-limits are set."""
+    from matplotlib import transforms
+
+    lo, hi = ax.get_xlim()
+    trans = transforms.blended_transform_factory(ax.transData, ax.transAxes)
+    if np.isfinite(measured) and measured < hi:
+        ax.axvspan(measured, hi, facecolor=shade, alpha=alpha, lw=0, zorder=2.5)
+        ax.axvline(measured, color="0.35", ls=":", lw=0.8, zorder=2.6)
+        if label:
+            ax.text(hi, 0.02, EXTRAPOLATION, transform=trans, rotation=90, ha="right",
+                    va="bottom", fontsize=6.5, color="0.1", zorder=4,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.6, "pad": 0.5})
+    line, name = (ceiling, CEILING) if ceiling is not None and np.isfinite(ceiling) else (
+        measured, HIGHEST)
+    if np.isfinite(line) and lo <= line <= hi:
+        ax.axvline(line, color="k", ls=(0, (4, 2)), lw=1.1, zorder=3)
+        if label:
+            ax.text(line, 0.5, f"{name} {line:.3g}", transform=trans, rotation=90, ha="right",
+                    va="center", fontsize=6.5, color="k", zorder=4,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
 
 
 def subplots(n: int, ncols: int, width: float = 3.6, height: float = 2.8, **kwargs):

@@ -20,12 +20,17 @@ def section(inputs) -> page.Section:
         "50%, whiskers: 90%, tick: median), drawn only when the break-even exists in at "
         "least 5% of draws; P in the legend is the probability that it exists. The lower "
         "panels give P(SD hurts) = P(speedup < 1) at each load. Hatched: the baseline "
-        "saturates in more than half the draws, so speedup is undefined there."))
+        "saturates in more than half the draws, so speedup is undefined there. The load axis "
+        "ends a little past the setup's measured ceiling (the throughput benchmark of its "
+        "baseline; dashed line), or past its highest measured load where none was measured; "
+        "loads above the highest measured one are shaded: there the curves are extrapolation, "
+        "not measurement."))
     out.add(inputs.skipped_note())
     if not inputs.decisions:
         return out
     for setup, ds in inputs.decisions.items():
-        out.add(page.figure(setup_figure(setup, ds, inputs.shown_alphas[setup]),
+        out.add(page.figure(setup_figure(setup, ds, inputs.shown_alphas[setup],
+                                         inputs.load_limits.get(setup)),
                             f"Speedup and P(SD hurts) against load, {setup}.",
                             f"speedup {setup}"))
     out.add("<h3>Break-even per draft length (measured acceptance rates)</h3>",
@@ -36,14 +41,22 @@ def section(inputs) -> page.Section:
     return out
 
 
-def setup_figure(setup: str, ds, alphas: list[float]):
+def setup_figure(setup: str, ds, alphas: list[float],
+                 limits: tuple[float, float | None] | None = None):
+    """Speedup and P(SD hurts) against load at each of ``alphas``; ``limits`` (highest
+    measured load, measured ceiling or None, req/s) mark the load axis."""
     n = len(alphas)
     fig, axes = plt.subplots(2, n, figsize=(4.3 * n, 5.6), squeeze=False, sharex=True,
                              gridspec_kw={"height_ratios": [2.2, 1]})
+    rps = ds["rps"].values
     for j, a in enumerate(alphas):
         _speedup_panel(axes[0, j], ds.sel(alpha=a))
         _hurts_panel(axes[1, j], ds.sel(alpha=a))
         axes[0, j].set_title(f"alpha = {a:g}", fontsize=9)
+        for row in (0, 1):
+            axes[row, j].set_xlim(rps.min(), rps.max())
+            if limits is not None:
+                page.mark_loads(axes[row, j], *limits, label=row == 0)
     axes[0, 0].legend(fontsize=7, loc="upper right")
     fig.suptitle(setup, fontsize=10)
     fig.tight_layout()

@@ -1,0 +1,210 @@
+r"""``capacity`` (the default) and ``dense-capacity``: the paper's model plus the compute wall.
+
+Near capacity a step's time is set by its arithmetic, not by moving the weights (DESIGN.md §2a),
+and requests queue for compute. Both variants add that queue to the paper's latency
+(:func:`bayeslat.theory.latency`):
+
+.. math::
+    L = \frac{C_1}{1 - \mathrm{rps}\,C_2} + Q\,C_3\,\frac{\rho}{1-\rho}, \qquad
+    \rho = \mathrm{rps}\,C_3, \qquad \text{capacity} = 1/\max(C_2, C_3),
+
+the second term the Pollaczek–Khinchine waiting time of an M/G/1 server whose service time is a
+request's compute time ``C3``, with ``Q = (1 + c_s^2)/2``. The measured ceilings (throughput
+benchmarks) are data of their own, so the fitted capacity must agree with them:
+
+.. math::
+    \log \mathrm{ceiling}_c \sim N\bigl(-\log\max(C_{2c}, C_{3c}),\ \sigma_{\mathrm{cap}}\bigr),
+    \qquad \sigma_{\mathrm{cap}} \sim \mathrm{Gamma}(5, 5/m).
+
+``capacity`` is :mod:`~bayeslat.models.hierarchical` with three more coefficients per group,
+under the same linear scaling priors (:mod:`bayeslat.scaling`: ``c3p`` with the prefill's
+arithmetic, ``c3v`` with the verifier's size, ``q`` pooled), and a wall per configuration that
+scatters log-normally around its group's compute time,
+
+.. math::
+    \log C_{3c} \sim N\bigl(\log(c_{3p} + \tfrac{g}{E}\,(k+1)\,c_{3v}),\ \tau_{C3}\bigr),
+    \qquad \log Q_c \sim N(\log q,\ \tau_Q),
+
+a request's prefill plus the ``k+1`` tokens each of its ``g/E`` verify cycles scores. The
+queue factor is a configuration's own too: one per group would tie every configuration's wall
+to its neighbours' bends (a direction NUTS crosses slowly). The scatter of the walls is there
+because compute is not the only wall: the batch limit (``max_num_seqs``) and the
+KV cache cap the concurrency too, and on a small verifier they bind first (its baseline, with the
+most steps per request, then has the lowest ceiling). Each measured configuration's own ceiling
+pins its ``C3``; a configuration never measured gets the group's compute time times a fresh
+deviation ``exp(tau_C3·z)``.
+
+Near the wall the likelihood is far from Gaussian in ``log C3`` (a top point at 90% of capacity
+moves 10% for a 1% move of the wall), so the sampler works in the headroom at each
+configuration's top measured rate ``r``: ``y = logit(1 − r·C3)`` (:class:`HeadroomTransform`),
+in which the queue's log latency at that rate is nearly linear. The prior's sliver of mass at
+``r·C3 >= 1`` (a wall below a rate that was served), which the barrier excludes anyway, is
+dropped.
+``dense-capacity`` is :mod:`~bayeslat.models.dense` with ``log C3`` and ``log Q`` per
+configuration, pooled like ``C1`` and ``C2``; it needs no SD rows (a baseline-only sweep).
+With ``Q → 0`` both reduce to the paper's model, which stays available as ``hierarchical`` and
+``dense``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bayeslat import scaling, theory
+from bayeslat.models import start as st
+from bayeslat.models.base import unit_index
+from bayeslat.models.dense import DenseModel
+from bayeslat.models.hierarchical import HierarchicalModel, _dim
+
+# Start of the queueing factor: a little below exponential service (Q = 1).
+Q_START = 0.5
+
+
+def _compute_start(model) -> pd.Series:
+    """``C3`` start per configuration of ``model.rows`` (indexed by factorised config codes)."""
+    rows = model.rows
+    codes, labels = pd.factorize(rows["config"])
+    ceilings = model.ceilings.groupby("config")["rps"].max()
+    ceilings = pd.Series(ceilings.reindex(labels).to_numpy())
+    return st.compute_fits(codes, rows["rps"].to_numpy(), ceilings.dropna())
+
+
+def headroom_transform(log_top):
+    """The sampler's coordinates of ``log C3`` for configurations whose top rates have logs
+    ``log_top`` (:class:`HeadroomTransform`)."""
+    import pytensor.tensor as pt
+    from pymc.logprob.transforms import Transform
+
+    class HeadroomTransform(Transform):
+        r"""``log C3`` ↔ ``y = logit(1 − r·C3)``: :math:`\log C_3 = -\mathrm{softplus}(y)
+        - \log r`, :math:`\log|J| = -\mathrm{softplus}(-y)`."""
+
+        name = "headroom"
+
+        def forward(self, value, *inputs):
+            a = value + log_top  # log(r·C3) < 0
+            return pt.log1mexp(a) - a
+
+        def backward(self, value, *inputs):
+            return -pt.softplus(value) - log_top
+
+        def log_jac_det(self, value, *inputs):
+            return -pt.softplus(-value)
+
+    return HeadroomTransform()
+
+
+class CapacityModel(HierarchicalModel):
+    """Six per-stage coefficients with scaling priors, plus the compute wall per group."""
+
+    variant = "capacity"
+    parts = ("C1", "C2", "C3", "Q")
+    fits_ceilings = True
+    coef_names = scaling.ALL_COEFS
+
+    def setup(self, scales):
+        super().setup(scales)
+        self.configs = pd.Index(pd.unique(self.rows["config"]))
+
+    def coords(self):
+        return super().coords() | {"config": self.configs.to_numpy()}
+
+    def coefficients(self, curves, data, dim):
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        vectors, index = self.unit_vectors(curves, dim)
+        c = {coef: vectors[coef][index[_dim(coef)]] for coef in self.coef_names}
+        alpha, k, g = data["alpha"], data["k"], data["decode_tokens"]
+        c1, c2 = theory.effective_coefficients(*(c[q] for q in scaling.COEFS), alpha, k, g)
+        # each configuration's wall around its group's compute time, its queue factor around
+        # its group's: values of the fitted configurations, then fresh ones for new ones
+        fitted = self.rows.drop_duplicates("config")
+        fg = self.units["group"].index.get_indexer(fitted["group"])
+        compute = theory.compute_coefficient(
+            vectors["c3p"][fg], vectors["c3v"][fg], fitted["alpha0"].to_numpy(float),
+            fitted["k"].to_numpy(float), fitted["decode_tokens"].to_numpy(float))
+        top = self.rows.groupby("config")["rps"].max().reindex(fitted["config"]).to_numpy()
+        cidx, new = unit_index(curves["config"], self.configs)
+        if len(new):
+            pm.modelcontext(None).add_coord("new_config", new.to_numpy())
+        labels = curves["config"].reset_index(drop=True).drop_duplicates()
+        first = labels.index.to_numpy()[pd.Index(labels).get_indexer(new)]  # a row of each
+        index = pm.Data("config_idx", cidx, dims=dim)
+        c3 = self._per_config("C3", pt.log(compute), pt.log(theory.compute_coefficient(
+            c["c3p"], c["c3v"], alpha, k, g))[first], headroom_transform(np.log(top)))[index]
+        q = self._per_config("Q", pt.log(vectors["q"])[fg], pt.log(c["q"])[first])[index]
+        return {"C1": c1, "C2": c2, "C3": c3, "Q": q}
+
+    def _per_config(self, name, log_fitted, log_new, transform=None):
+        r"""``exp`` of ``log_<name> ~ N(log_fitted, tau_<name>)`` per fitted configuration,
+        then of ``log_new + tau·z`` per configuration never measured (dim ``new_config``)."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        tau = pm.Gamma(f"tau_{name}", alpha=2.0, beta=2.0 / self.config.prior("tau_mean"))
+        log_value = pm.Normal(f"log_{name}", mu=log_fitted, sigma=tau, dims="config",
+                              transform=transform)
+        if "new_config" in pm.modelcontext(None).coords:
+            z = pm.Normal(f"new_z_{name}", 0.0, 1.0, dims="new_config")
+            log_value = pt.concatenate([log_value, log_new + tau * z])
+        return pt.exp(log_value)
+
+    def start(self):
+        out = super().start()
+        values = self.unit_start()
+        fitted = self.rows.drop_duplicates("config")
+        fg = self.units["group"].index.get_indexer(fitted["group"])
+        compute = theory.compute_coefficient(
+            values["c3p"][fg], values["c3v"][fg], fitted["alpha0"].to_numpy(float),
+            fitted["k"].to_numpy(float), fitted["decode_tokens"].to_numpy(float))
+        log_c3 = np.log(_compute_start(self).to_numpy())
+        dev = log_c3 - np.log(compute)
+        # each Q a little off its group's: at exactly the group value the group's z_q would
+        # have a zero gradient, which nutpie's first mass matrix (scaled by it) cannot take
+        return out | {"log_C3": log_c3, "tau_C3": float(np.clip(dev.std(), 0.05, 1.0)),
+                      "log_Q": np.log(values["q"][fg]) + 0.05, "tau_Q": 0.25}
+
+    def unit_start(self):
+        """The six coefficients' start, then ``c3p``, ``c3v`` per group by non-negative least
+        squares on the configurations' ``C3`` starts, shrunk until every observed point is
+        below :data:`~bayeslat.models.start.MAX_LOAD` of the compute capacity."""
+        out = super().unit_start()
+        rows = self.rows
+        codes, _ = pd.factorize(rows["config"])
+        c3 = _compute_start(self)
+        cfg = rows.groupby(codes).first().loc[c3.index]
+        tokens = (cfg["decode_tokens"] / theory.tokens_per_cycle(cfg["alpha0"], cfg["k"])
+                  * (cfg["k"] + 1)).to_numpy()
+        groups = self.units["group"].index
+        c3p, c3v = np.zeros(len(groups)), np.zeros(len(groups))
+        for label in cfg["group"].unique():
+            j, m = groups.get_loc(label), (cfg["group"] == label).to_numpy()
+            # c3p + tokens·c3v ≈ C3, relative least squares (no drafts: one "draft" column empty)
+            c3p[j], c3v[j], _ = st.stage_coefficients(tokens[m], np.zeros(m.sum()),
+                                                      np.zeros(m.sum(), dtype=int),
+                                                      c3.to_numpy()[m], 0)
+        c3p, c3v = st.floor_positive(c3p), st.floor_positive(c3v)
+        gidx = groups.get_indexer(rows["group"])
+        row_tokens = (rows["decode_tokens"] / theory.tokens_per_cycle(rows["alpha0"], rows["k"])
+                      * (rows["k"] + 1)).to_numpy()
+        load = pd.Series(rows["rps"].to_numpy() * (c3p[gidx] + row_tokens * c3v[gidx]))
+        shrink = np.minimum(1.0, st.MAX_LOAD / load.groupby(gidx).max().reindex(
+            range(len(groups))).fillna(1.0).to_numpy())
+        return out | {"c3p": c3p * shrink, "c3v": c3v * shrink,
+                      "q": np.full(len(groups), Q_START)}
+
+
+class DenseCapacityModel(DenseModel):
+    """Per-configuration ``C1``, ``C2``, ``C3``, ``Q`` with partial pooling."""
+
+    variant = "dense-capacity"
+    parts = ("C1", "C2", "C3", "Q")
+    fits_ceilings = True
+
+    def start(self):
+        c3 = _compute_start(self)
+        # factorised codes follow first appearance, as self.configs does
+        return super().start() | self.pooled_start("C3", c3.to_numpy()) | self.pooled_start(
+            "Q", np.full(len(c3), Q_START))

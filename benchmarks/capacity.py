@@ -1,0 +1,248 @@
+"""The evidence behind the default model near capacity (issue 12): every figure, printed.
+
+    .venv/bin/python benchmarks/capacity.py [--part example,holdout,llmd,sampler,engine]
+                                            [--variants hierarchical,capacity] [--chains 4]
+                                            [--draws 1000] [--seed 0]
+
+Parts (all by default; each fit's wall time, convergence and divergences are printed with it):
+
+- ``example``: the shipped example, each variant fitted to it: the adequacy figures of
+  :func:`bayeslat.adequacy.check` (50%/90% predictive coverage overall and on each
+  configuration's top three loads, model capacity against the measured ceiling, sigma, nu) and
+  the PSIS-LOO comparison of the variants (:func:`arviz.compare`).
+- ``holdout``: leave-top-rate-out on the example: each variant fitted without every
+  configuration's highest constant rate, then asked to predict it: MAPE of the predictive
+  median and 50%/90% coverage of the held-out points.
+- ``llmd``: the real GPU sweep ``data/llmd/sweep.csv`` (no SD): ``dense`` and
+  ``dense-capacity`` fitted to it and, one constant rate left out at a time, MAPE and coverage
+  of the rate left out; the model capacity against the measured 17.98 req/s.
+- ``sampler``: data drawn from the paper's model itself (the model sampler, no wall): PSIS-LOO
+  of each variant, to show that the capacity model loses nothing there.
+- ``engine``: engine-simulator data of a preset and seed the example does not use
+  (``dense-8b-h100`` at seed 3, one drafter): the default variant's 90% speedup bands against
+  the simulator's long-run truth (benchmarks of 8x the requests) at loads inside the measured
+  range, and the regret of the risk-aware k there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bayeslat import adequacy, decide, fit  # noqa: E402
+from bayeslat.cli.options import quiet_pymc  # noqa: E402
+from bayeslat.data import schema  # noqa: E402
+from bayeslat.models import get  # noqa: E402
+
+EXAMPLE = ROOT / "data" / "example" / "sweep.parquet"
+LLMD = ROOT / "data" / "llmd" / "sweep.csv"
+LLMD_CEILING = 17.98
+
+
+def fitted(variant: str, table: pd.DataFrame, args, label: str):
+    """A fitted model of ``variant``, its wall time and diagnostics printed."""
+    model = get(variant)(table)
+    start = time.perf_counter()
+    idata = fit.sample(model, draws=args.draws, tune=args.draws, chains=args.chains,
+                       seed=args.seed, progressbar=False)
+    diag = fit.diagnostics(idata, time.perf_counter() - start)
+    timing = json.loads(idata.posterior.attrs["sampler"])
+    print(f"  [{label}] {variant}: {diag.seconds:.1f} s (compile {timing.get('compile_s', 0):.1f}"
+          f" s), max R-hat {diag.max_rhat:.3f}, min bulk/tail ESS {diag.min_ess_bulk:.0f}/"
+          f"{diag.min_ess_tail:.0f}, divergences {diag.divergences}"
+          f"{'' if diag.converged else '  NOT CONVERGED'}", flush=True)
+    return model
+
+
+def held_out(model, rows: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """Predictive median and 50%/90% intervals of ``rows`` (never fitted) against their
+    measured latency."""
+    from bayeslat.models.base import prepare
+
+    pred = model.predict(rows, seed=seed)
+    prepared = prepare(rows)
+    post = model.idata.posterior
+    log_pp = adequacy.predictive_log_latency(
+        pred["latency"].transpose("chain", "draw", "obs").values, post["sigma"].values,
+        post["nu"].values, prepared["se_rel"].to_numpy(float), seed)
+    flat = log_pp.reshape(-1, log_pp.shape[-1])
+    q = np.quantile(flat, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
+    y = prepared["log_latency"].to_numpy()
+    return pd.DataFrame({"config": prepared["config"], "rps": prepared["rps"],
+                         "ape": np.abs(np.expm1(q[2] - y)),
+                         "in50": (q[1] <= y) & (y <= q[3]), "in90": (q[0] <= y) & (y <= q[4])})
+
+
+def top_constant_rate(table: pd.DataFrame) -> pd.Series:
+    """Mask of each configuration's highest unsaturated constant-rate row."""
+    ok = (~table["saturated"]) & (table["strategy"] == "constant")
+    labels = schema.config_labels(table)
+    top = table[ok].groupby(labels[ok])["rps"].idxmax()
+    return table.index.isin(top.to_numpy())
+
+
+def part_example(args):
+    import arviz as az
+
+    print("== shipped example: adequacy and PSIS-LOO")
+    table = schema.read_table(EXAMPLE)
+    loo = {}
+    for variant in args.variants:
+        model = fitted(variant, table, args, "example")
+        a = adequacy.check(model, seed=args.seed)
+        f = a.figures
+        print("    " + ", ".join(f"{k} {v:.3g}" for k, v in f.items()))
+        for w in a.warnings:
+            print(f"    warning: {w}")
+        loo[variant] = model.idata
+    if len(loo) > 1:
+        print(az.compare(loo, ic="loo").round(1).to_string())
+
+
+def part_holdout(args):
+    print("== shipped example: leave-top-rate-out")
+    table = schema.read_table(EXAMPLE)
+    top = top_constant_rate(table)
+    for variant in args.variants:
+        model = fitted(variant, table[~top].reset_index(drop=True), args, "holdout")
+        out = held_out(model, table[top].reset_index(drop=True), args.seed)
+        print(f"    {variant}: {len(out)} held-out top rates, MAPE {out['ape'].mean():.2%}, "
+              f"median APE {out['ape'].median():.2%}, max APE {out['ape'].max():.1%}, "
+              f"coverage 50% {out['in50'].mean():.3f}, 90% {out['in90'].mean():.3f}")
+
+
+def part_llmd(args):
+    print("== real llm-d sweep (data/llmd/sweep.csv): leave-one-rate-out")
+    table = schema.read_table(LLMD)
+    for variant in ("dense", "dense-capacity"):
+        model = fitted(variant, table, args, "all rates")
+        pred = model.predict(model.table.iloc[[0]], seed=args.seed)
+        cap = float(pred["capacity"].median())
+        nu = float(model.idata.posterior["nu"].median())
+        print(f"    {variant}: capacity {cap:.1f} req/s against {LLMD_CEILING} measured "
+              f"({cap / LLMD_CEILING - 1:+.1%}), nu {nu:.1f}")
+        rows = []
+        for i in np.flatnonzero((table["strategy"] == "constant").to_numpy()):
+            model = fitted(variant, table.drop(index=i).reset_index(drop=True), args,
+                           f"without rps {table.loc[i, 'rps']:.2f}")
+            rows.append(held_out(model, table.loc[[i]].reset_index(drop=True), args.seed))
+        out = pd.concat(rows, ignore_index=True)
+        print(f"    {variant}: leave-one-rate-out over {len(out)} constant rates: MAPE "
+              f"{out['ape'].mean():.2%} (per rate: "
+              + ", ".join(f"{a:.1%}" for a in out["ape"]) + f"), 90% coverage "
+              f"{out['in90'].mean():.2f}")
+
+
+def part_sampler(args):
+    import arviz as az
+
+    from bayeslat.simulate.generative import SamplerSpec, sample_sweep
+
+    print("== model-sampler data (the paper's model, no wall): PSIS-LOO")
+    spec = SamplerSpec(verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
+                       prefill_tokens=(256.0, 2048.0), decode_tokens=(64.0, 256.0),
+                       drafters=(("eagle3", "eagle3-small", 0.25),),
+                       alphas=(0.6, 0.8), ks=(2, 4))
+    table, _ = sample_sweep(spec, seed=args.seed + 11)
+    loo = {v: fitted(v, table, args, "sampler").idata for v in args.variants}
+    if len(loo) > 1:
+        print(az.compare(loo, ic="loo").round(1).to_string())
+
+
+def engine_truth(configs, loads, seed: int) -> pd.DataFrame:
+    """Long-run mean latency of each configuration at its loads: 8x the requests of a sweep's
+    benchmark and a 0.5% standard-error target."""
+    from bayeslat.simulate.protocol import Protocol, run_benchmark
+
+    long = Protocol(requests=800, target_se=0.005)
+    out = []
+    for i, (config, rates) in enumerate(zip(configs, loads, strict=True)):
+        sync = run_benchmark(config, "synchronous", np.nan, long, seed, (i, 0))
+        for j, rate in enumerate(rates):
+            bench = run_benchmark(config, "constant", float(rate), long, seed, (i, 1 + j),
+                                  sync.row["latency_mean"] * 2)
+            out.append({**config.identity(), "rps": rate, "latency": bench.row["latency_mean"]})
+    return pd.DataFrame(out)
+
+
+def part_engine(args):
+    from dataclasses import replace
+
+    from bayeslat.simulate.presets import preset
+    from bayeslat.simulate.protocol import sweep
+
+    print("== engine-simulator data (dense-8b-h100, seed 3, one drafter): speedup bands "
+          "against the long-run truth")
+    base = preset("dense-8b-h100")
+    chosen = replace(base, deployments=base.deployments[:1], alphas=(0.6, 0.8, 0.95),
+                     ks=(1, 2, 4, 6))
+    configs = chosen.configurations()
+    table = sweep(configs, chosen.protocol, seed=3, workers=2)
+    model = fitted(args.variants[-1], table, args, "engine")
+    setups = decide.setups(model.table)
+    measured = table[~table["saturated"]].assign(group=schema.group_labels(table[~table[
+        "saturated"]])).groupby("group")["rps"].max()
+    cells, regrets = [], []
+    for _, setup in setups.iterrows():
+        group = setup["setup"].rsplit(" ", 1)[0]
+        loads = np.linspace(0.1, 1.0, 5) * measured[group]
+        ds = decide.from_model(model, setup.to_frame().T.reset_index(drop=True),
+                               list(chosen.alphas), [0, *chosen.ks], loads, seed=args.seed)
+        mine = [c for c in configs if c.deployment.verifier.name == setup["verifier"]
+                and c.prefill_tokens == setup["prefill_tokens"]
+                and c.decode_tokens == setup["decode_tokens"]]
+        truth = engine_truth(mine, [loads] * len(mine), seed=3 + 1000)
+        truth["alpha"] = truth["alpha"].fillna(0.0)
+        for alpha in chosen.alphas:
+            for r in loads:
+                at = truth[np.isclose(truth["rps"], r)]
+                lat0 = float(at.loc[at["k"] == 0, "latency"].iloc[0])
+                true_k = {0: lat0} | {int(x.k): x.latency for x in at[
+                    np.isclose(at["alpha"], alpha) & (at["k"] > 0)].itertuples()}
+                one = ds.sel(alpha=alpha, rps=r).isel(setup=0)
+                for k, lat in true_k.items():
+                    if k == 0:
+                        continue
+                    band = one["speedup"].sel(k=k)
+                    s = lat0 / lat
+                    cells.append(float(band.sel(stat="q05")) <= s <= float(band.sel(stat="q95")))
+                k_risk = one["k_risk"].item()
+                if np.isfinite(k_risk):
+                    regrets.append(true_k[int(k_risk)] / min(true_k.values()) - 1)
+    cells, regrets = np.array(cells), np.array(regrets)
+    print(f"    90% speedup bands cover the long-run truth in {cells.mean():.3f} of "
+          f"{len(cells)} (setup, alpha, k, load) cells; risk-aware k: mean regret "
+          f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells")
+
+
+PARTS = {"example": part_example, "holdout": part_holdout, "llmd": part_llmd,
+         "sampler": part_sampler, "engine": part_engine}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", default=",".join(PARTS))
+    parser.add_argument("--variants", default="hierarchical,capacity")
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    args.variants = args.variants.split(",")
+    quiet_pymc()
+    for part in args.part.split(","):
+        start = time.perf_counter()
+        PARTS[part](args)
+        print(f"  ({part}: {time.perf_counter() - start:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
