@@ -110,8 +110,10 @@ def test_hierarchical_fit_of_the_shipped_example(tmp_path):
     lo, hi = interval(pred, 0.05, 0.95)
     y = model.rows["log_latency"].to_numpy()
     coverage = float(((lo.values <= y) & (y <= hi.values)).mean())
-    assert 0.85 <= coverage <= 0.95, coverage
-    # the paper's curve misses near capacity (DESIGN.md §2a) and the adequacy check says so:
+    # overall about nominal (0.853 for the committed 4-chain fit, with nu >= 2 since the
+    # likelihood may no longer call a systematic misfit outliers) ...
+    assert 0.80 <= coverage <= 0.95, coverage
+    # ... but the paper's curve misses near capacity (DESIGN.md §2a) and the adequacy check says so:
     # its capacity 1/C2 sits far above the measured ceilings, its top loads fall outside
     from bayeslat import adequacy
 

@@ -5,8 +5,8 @@
 ``speculative``    six per-stage coefficients per group, ``E(alpha, k)``; no scaling laws
 ``hierarchical``   the six coefficients tied by linear scaling priors (the paper's model)
 ``moe``            hierarchical plus the expert-coverage split of an MoE verifier
-``capacity``       the default: hierarchical plus the compute wall near capacity, with the
-                   measured ceilings as data
+``capacity``       hierarchical plus the compute wall near capacity, with the measured
+                   ceilings as data
 ``dense-capacity`` dense plus the compute wall (per configuration; baseline-only sweeps)
 =================  =====================================================================
 

@@ -1,4 +1,4 @@
-r"""``capacity`` (the default) and ``dense-capacity``: the paper's model plus the compute wall.
+r"""``capacity`` and ``dense-capacity``: the paper's model plus the compute wall.
 
 Near capacity a step's time is set by its arithmetic, not by moving the weights (DESIGN.md §2a),
 and requests queue for compute. Both variants add that queue to the paper's latency
@@ -40,6 +40,7 @@ configuration's top measured rate ``r``: ``y = logit(1 − r·C3)`` (:class:`Hea
 in which the queue's log latency at that rate is nearly linear. The prior's sliver of mass at
 ``r·C3 >= 1`` (a wall below a rate that was served), which the barrier excludes anyway, is
 dropped.
+
 ``dense-capacity`` is :mod:`~bayeslat.models.dense` with ``log C3`` and ``log Q`` per
 configuration, pooled like ``C1`` and ``C2``; it needs no SD rows (a baseline-only sweep).
 With ``Q → 0`` both reduce to the paper's model, which stays available as ``hierarchical`` and
@@ -96,7 +97,8 @@ def headroom_transform(log_top):
 
 
 class CapacityModel(HierarchicalModel):
-    """Six per-stage coefficients with scaling priors, plus the compute wall per group."""
+    """Six per-stage coefficients with scaling priors, plus a compute wall and queue factor per
+    configuration around its group's."""
 
     variant = "capacity"
     parts = ("C1", "C2", "C3", "Q")
