@@ -123,4 +123,5 @@ def decision_table(inputs) -> pd.DataFrame:
         "rps": "rps (req/s)", "k_neutral": "k risk-neutral", "k_risk": "k risk-aware",
         "speedup": "speedup median", "speedup_q05": "speedup 5%",
         "speedup_q95": "speedup 95%", "p_sd_hurts": "P(SD hurts)",
-        "regret": "expected regret", "p_valid": "P(baseline unsaturated)"})
+        "regret": "expected regret", "p_saturated": "P(saturated)",
+        "extrapolated": "extrapolated", "p_valid": "P(baseline unsaturated)"})

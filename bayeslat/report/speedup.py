@@ -150,4 +150,7 @@ def break_even(inputs) -> pd.DataFrame:
         "c1r": "C1R", "c2r": "C2R", "p_c2r_above_1": "P(C2R > 1)",
         "rps_star": "RPS* median (req/s)", "rps_star_q05": "RPS* 5%",
         "rps_star_q95": "RPS* 95%", "p_break_even": "P(RPS* exists)",
-        "rps_alert": "alert line (req/s)"})
+        "rps_alert": "alert line (req/s)", "capacity": "capacity median (req/s)",
+        "capacity_q05": "capacity 5%", "capacity_q95": "capacity 95%",
+        "rps_star_beyond_capacity": "RPS* beyond the ceiling",
+        "alert_beyond_capacity": "alert beyond the ceiling"})
