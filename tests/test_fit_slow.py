@@ -36,9 +36,11 @@ def interval(post, lo, hi):
 @pytest.fixture(scope="module")
 def recovery():
     table, truth = sample_sweep(RECOVERY, seed=11)
-    # 81 rows per group, fewer than the example's 130: both prefill costs non-centred
+    # 81 rows per group, fewer than the example's 130: both prefill costs non-centred; eight
+    # groups leave the spreads (tau) long tails, where the default step size can diverge once
     model = get("hierarchical")(table, ScalingConfig(noncentered=("c1p", "c2p")))
-    idata = fit.sample(model, draws=1500, tune=1000, chains=2, seed=1, progressbar=False)
+    idata = fit.sample(model, draws=1500, tune=1000, chains=2, seed=1, progressbar=False,
+                       target_accept=0.95)
     return model, idata, truth
 
 
@@ -98,8 +100,10 @@ def test_moe_beats_hierarchical_by_psis_loo_on_moe_data():
 def test_hierarchical_fit_of_the_shipped_example(tmp_path):
     import pymc as pm
 
-    result = fit.run(EXAMPLE, "hierarchical", output=tmp_path / "example.nc", draws=800,
-                     tune=1000, chains=2, seed=0, progressbar=False)
+    # the settings of the README's command (4 chains × 1000): two short chains leave R-hat
+    # at 1.017 since nu >= 2
+    result = fit.run(EXAMPLE, "hierarchical", output=tmp_path / "example.nc", seed=0,
+                     progressbar=False)
     converged(result.diagnostics)
     model = fit.load(result.path)
     assert len(result.headline) == model.rows.query("k > 0")["config"].nunique()
