@@ -122,12 +122,8 @@ class CapacityModel(HierarchicalModel):
         c1, c2 = theory.effective_coefficients(*(c[q] for q in scaling.COEFS), alpha, k, g)
         # each configuration's wall around its group's compute time, its queue factor around
         # its group's: values of the fitted configurations, then fresh ones for new ones
-        fitted = self.rows.drop_duplicates("config")
-        fg = self.units["group"].index.get_indexer(fitted["group"])
-        compute = theory.compute_coefficient(
-            vectors["c3p"][fg], vectors["c3v"][fg], fitted["alpha0"].to_numpy(float),
-            fitted["k"].to_numpy(float), fitted["decode_tokens"].to_numpy(float))
-        top = self.rows.groupby("config")["rps"].max().reindex(fitted["config"]).to_numpy()
+        fg, compute = self._group_compute(vectors)
+        top = self.rows.groupby("config")["rps"].max().reindex(self.configs).to_numpy()
         cidx, new = unit_index(curves["config"], self.configs)
         if len(new):
             pm.modelcontext(None).add_coord("new_config", new.to_numpy())
@@ -153,14 +149,19 @@ class CapacityModel(HierarchicalModel):
             log_value = pt.concatenate([log_value, log_new + tau * z])
         return pt.exp(log_value)
 
+    def _group_compute(self, values):
+        """Each fitted configuration's group index and its group's compute time ``C3`` from
+        the per-group ``c3p``, ``c3v`` in ``values`` (tensors or arrays)."""
+        fitted = self.rows.drop_duplicates("config")
+        fg = self.units["group"].index.get_indexer(fitted["group"])
+        return fg, theory.compute_coefficient(
+            values["c3p"][fg], values["c3v"][fg], fitted["alpha0"].to_numpy(float),
+            fitted["k"].to_numpy(float), fitted["decode_tokens"].to_numpy(float))
+
     def start(self):
         out = super().start()
         values = self.unit_start()
-        fitted = self.rows.drop_duplicates("config")
-        fg = self.units["group"].index.get_indexer(fitted["group"])
-        compute = theory.compute_coefficient(
-            values["c3p"][fg], values["c3v"][fg], fitted["alpha0"].to_numpy(float),
-            fitted["k"].to_numpy(float), fitted["decode_tokens"].to_numpy(float))
+        fg, compute = self._group_compute(values)
         log_c3 = np.log(_compute_start(self).to_numpy())
         dev = log_c3 - np.log(compute)
         # each Q a little off its group's: at exactly the group value the group's z_q would
