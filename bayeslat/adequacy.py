@@ -7,7 +7,7 @@ scatter,
 
 .. math::
     \log \tilde L_i = \log L_{\mathrm{model},i} + s_i\,t_{\nu}, \qquad
-    s_i^2 = \sigma^2 + \mathrm{se\_rel}_i^2,
+    s_i^2 = \sigma^2 + \mathrm{se\_rel}_i^2\ (+\,(\sigma_{\mathrm{wall}} w_i)^2),
 
 with ``sigma`` and ``nu`` of the same draw and ``t_nu`` drawn with a seed. From it:
 
@@ -187,8 +187,9 @@ def check(model, seed: int = 0, max_draws: int = MAX_DRAWS) -> Adequacy:
     rows = model.rows
     post = thin.idata.posterior
     parts, latency = _predict(thin, model, seed)
+    scatter = thin.scatter(post, parts, rows).transpose("chain", "draw", ...)
     log_pp = predictive_log_latency(
-        latency.transpose("chain", "draw", "obs").values, post["sigma"].values,
+        latency.transpose("chain", "draw", "obs").values, scatter.values,
         post["nu"].values, rows["se_rel"].to_numpy(float), seed)
     points = _points(rows, log_pp)
     configs = _configs(points, _capacity(parts, rows), measured_ceilings(model))
@@ -206,7 +207,9 @@ def predictive_log_latency(latency: np.ndarray, sigma: np.ndarray, nu: np.ndarra
     latency
         Model latency (s), shape ``(chain, draw, obs)``; ``inf`` where a draw saturates.
     sigma, nu
-        The likelihood's scale and degrees of freedom, shape ``(chain, draw)``.
+        The likelihood's scale without the measurement error, shape ``(chain, draw)`` or
+        ``(chain, draw, obs)`` (:meth:`~bayeslat.models.base.LatencyModel.scatter`), and its
+        degrees of freedom, shape ``(chain, draw)``.
     se_rel
         Standard error of each measured mean over the mean, shape ``(obs,)``.
     seed
@@ -219,7 +222,8 @@ def predictive_log_latency(latency: np.ndarray, sigma: np.ndarray, nu: np.ndarra
     """
     rng = np.random.default_rng([seed, 1])
     t = rng.standard_t(np.broadcast_to(nu[..., None], latency.shape))
-    scale = np.sqrt(sigma[..., None] ** 2 + np.asarray(se_rel)[None, None, :] ** 2)
+    sigma = sigma if sigma.ndim == 3 else sigma[..., None]
+    scale = np.sqrt(sigma**2 + np.asarray(se_rel)[None, None, :] ** 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.log(latency) + scale * t
     out[~np.isfinite(out)] = _SATURATED_LOG

@@ -85,6 +85,10 @@ DEFAULT_PRIORS: dict[str, Any] = {
     "tau_mean": 0.25,
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
+    # Prior mean (of a Gamma(2, 2/mean)) of the extra scatter, on log latency, of a point
+    # whose latency is all queueing for compute (the capacity variants: it grows with the
+    # queue's share; 0.1 = 10%).
+    "sigma_wall_mean": 0.1,
     # Gamma(alpha, beta) on the Student-t degrees of freedom above 2: nu = 2 + Gamma, so the
     # likelihood keeps a finite variance and cannot turn a systematic misfit into "outliers".
     "nu_gamma": [2.0, 0.1],

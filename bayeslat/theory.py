@@ -183,6 +183,15 @@ def latency(rps, c1, c2, c3=0.0, q=0.0):
         return _where(ok, lat, np.inf)
 
 
+def queue_share(rps, c1, c2, c3=0.0, q=0.0):
+    r"""The share of the latency spent queueing for compute,
+    :math:`1 - (C_1/(1 - \mathrm{rps}\,C_2))/L`: 0 in the paper's model and at low load,
+    towards 1 at the compute wall (1 past either saturation)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = 1.0 - latency(rps, c1, c2) / latency(rps, c1, c2, c3, q)
+    return _where(np.isfinite(share), share, 1.0)
+
+
 def capacity(c2, c3=0.0):
     """The saturation rate ``1/max(C2, C3)`` in req/s (``inf`` where both are 0)."""
     with np.errstate(divide="ignore"):

@@ -16,7 +16,7 @@ from support.point_mass import point_mass
 
 from bayeslat import adequacy, theory
 from bayeslat.errors import FitError
-from bayeslat.models.base import prepare
+from bayeslat.models.base import LatencyModel, prepare
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
 SPEC = SamplerSpec(prefill_tokens=(128.0, 512.0), decode_tokens=(64.0, 256.0),
@@ -35,8 +35,10 @@ class Fitted:
         self.by_config = {name: dict(zip(self.rows["config"], v, strict=True))
                           for name, v in parts.items()}
         shape = (chains, draws)
+        # no extra scatter near the wall: the predictive scale is sigma everywhere
         self.idata = az.from_dict(posterior={"sigma": np.full(shape, sigma),
-                                             "nu": np.full(shape, nu)})
+                                             "nu": np.full(shape, nu),
+                                             "sigma_wall": np.zeros(shape)})
         self.excluded = list(excluded)
         if ceilings is not None:
             self.ceilings = ceilings
@@ -53,6 +55,8 @@ class Fitted:
         ds["latency"] = self.latency(ds, rows)
         return ds.assign_coords(config=("obs", rows["config"].to_numpy()),
                                 rps=("obs", rows["rps"].to_numpy()))
+
+    scatter = LatencyModel.scatter
 
     def latency(self, parts, rows):
         rps = xr.DataArray(rows["rps"].to_numpy(), dims="obs")

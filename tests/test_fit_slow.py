@@ -155,7 +155,8 @@ def test_dense_capacity_fits_the_real_llmd_sweep():
 
     table = schema.read_table(LLMD)
     model = get("dense-capacity")(table)
-    idata = fit.sample(model, draws=2000, tune=1000, chains=4, seed=0, progressbar=False)
+    idata = fit.sample(model, draws=2000, tune=1000, chains=4, seed=0, progressbar=False,
+                       target_accept=0.95)
     diag = fit.diagnostics(idata)
     assert diag.converged, diag
     pred = model.predict(model.table.iloc[[0]], seed=0)

@@ -1,6 +1,7 @@
 """Structure of the model variants with a mocked sampler: groups, dims, attrs, save and load,
 prediction on new data. Real NUTS fits are in test_fit_slow.py."""
 
+import copy
 import json
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from pymc.testing import mock_sample
 
 import bayeslat
-from bayeslat import fit
+from bayeslat import fit, theory
 from bayeslat.errors import FitError, NumericalError
 from bayeslat.models import VARIANTS, get
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom
@@ -95,6 +96,26 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     assert {"C3", "Q", "capacity"} <= set(pred.data_vars)
     cap = 1 / np.maximum(pred["C2"], pred["C3"])
     np.testing.assert_allclose(pred["capacity"], cap)
+
+
+def test_scatter_grows_with_the_queue_share_for_the_capacity_variants(fitted):
+    """``scatter`` (the predictive checks' scale) is ``sigma`` for the paper's variants and
+    ``sqrt(sigma² + (sigma_wall·w)²)`` with ``w`` the queue's share for the capacity ones."""
+    model, _ = fitted
+    thin = copy.copy(model)
+    thin.idata = model.idata.isel(chain=[0], draw=[0, 5])
+    post = thin.idata.posterior
+    pred = thin.predict(model.table, seed=0)
+    scale = thin.scatter(post, pred, model.rows).broadcast_like(pred["latency"])
+    if "C3" not in pred:
+        np.testing.assert_allclose(scale, post["sigma"].broadcast_like(scale))
+        return
+    share = theory.queue_share(pred["rps"], pred["C1"], pred["C2"], pred["C3"], pred["Q"])
+    assert float(post["sigma_wall"].min()) > 0 and 0 < float(share.max()) <= 1
+    np.testing.assert_allclose(
+        scale, np.sqrt(post["sigma"] ** 2 + (post["sigma_wall"] * share) ** 2).broadcast_like(
+            scale))
+    assert (scale >= post["sigma"]).all()
 
 
 def test_attrs_carry_variant_config_hash_and_sampler(fitted):

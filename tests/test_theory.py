@@ -240,6 +240,13 @@ class TestCapacity:
         assert np.isposinf(theory.latency(50.0, 1.0, 0.01, 0.02, 2.0))
         assert np.isposinf(theory.latency(60.0, 1.0, 0.01, 0.02, 0.0))  # past the wall, Q = 0
 
+    def test_queue_share(self):
+        # the hand value above: queue 0.16 of 1/0.6 + 0.16
+        total = 1 / 0.6 + 0.16
+        assert theory.queue_share(40.0, 1.0, 0.01, 0.02, 2.0) == pytest.approx(0.16 / total)
+        assert theory.queue_share(40.0, 1.0, 0.01) == 0.0  # the paper's model has no queue
+        assert theory.queue_share(50.0, 1.0, 0.01, 0.02, 2.0) == 1.0  # at the wall
+
     def test_compute_coefficient(self):
         # prefill plus g/E cycles of k + 1 verified tokens; E = 2.3125 at alpha 0.75, k 2
         got = theory.compute_coefficient(0.01, 1e-4, 0.75, 2, 128)

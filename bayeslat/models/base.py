@@ -7,6 +7,8 @@ Likelihood (all variants), on the log of the mean latency of observation ``i``:
     s_i\bigr), \qquad s_i^2 = \sigma^2 + (\mathrm{se}_i / L_i)^2,
 
 ``se_i`` the standard error of the measured mean (:func:`bayeslat.data.schema.standard_error`),
+plus, in the variants with the compute wall, ``(sigma_wall·w_i)²`` with ``w_i`` the share of
+the model latency spent queueing (:meth:`LatencyModel.likelihood_scale`),
 ``sigma ~ HalfNormal``, ``nu = 2 + Gamma`` (a finite variance: heavy enough tails for a few bad
 points, not for a systematic misfit). ``h`` is the saturation barrier
 :func:`log_headroom`: equal to the headroom ``1 − rps·C2`` wherever it exceeds a few times
@@ -184,12 +186,51 @@ class LatencyModel:
         (:func:`bayeslat.theory.latency`), both headrooms through the barrier."""
         import pytensor.tensor as pt
 
+        memory, queue = self._log_terms(parts, data)
+        return memory if queue is None else pt.logaddexp(memory, queue)
+
+    @staticmethod
+    def _log_terms(parts: dict, data: dict):
+        """Logs of the memory-bound latency and of the queue's wait (None without the wall)."""
+        import pytensor.tensor as pt
+
         memory = pt.log(parts["C1"]) - log_headroom(1.0 - data["rps"] * parts["C2"])
         if "C3" not in parts:
-            return memory
+            return memory, None
         rho = data["rps"] * parts["C3"]
-        queue = parts["Q"] * parts["C3"] * rho * pt.exp(-log_headroom(1.0 - rho))
-        return pt.log(pt.exp(memory) + queue)
+        return memory, pt.log(parts["Q"] * parts["C3"] * rho) - log_headroom(1.0 - rho)
+
+    def likelihood_scale(self, sigma, se_rel, parts: dict, data: dict):
+        r"""The Student-t scale of each observation, :math:`s_i^2 = \sigma^2 + \mathrm{se}_i^2`,
+        plus, for the variants with the compute wall, :math:`(\sigma_{\mathrm{wall}}\,w_i)^2`
+        with :math:`w_i` the share of the model latency spent queueing for compute
+        (:func:`bayeslat.theory.queue_share`): near the wall the queue's form is an
+        approximation (the batch, token-budget and KV limits bind there too), and what it
+        misses is scatter that grows with the queue, not outliers."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        var = sigma**2 + se_rel**2
+        if "C3" in parts:
+            # Gamma(2, 2/mean), away from 0: on a short sweep few points are near the wall, and
+            # a scale free to collapse onto them would be a funnel
+            mean = self.config.prior("sigma_wall_mean")
+            wall = pm.Gamma("sigma_wall", alpha=2.0, beta=2.0 / mean)
+            memory, queue = self._log_terms(parts, data)
+            share = pt.sigmoid(queue - memory)
+            var = var + (wall * share) ** 2
+        return pt.sqrt(var)
+
+    def scatter(self, posterior: xr.Dataset, parts: xr.Dataset, rows: pd.DataFrame):
+        """The likelihood's scale without the measurement error, per draw and row of
+        ``rows``, from predicted ``parts`` (dims ``chain, draw, obs``): ``sigma``, and, with the
+        compute wall, ``sqrt(sigma² + (sigma_wall·w)²)`` (:meth:`likelihood_scale`)."""
+        sigma = posterior["sigma"]
+        if "C3" not in parts:
+            return sigma
+        share = theory.queue_share(xr.DataArray(rows["rps"].to_numpy(float), dims="obs"),
+                                   parts["C1"], parts["C2"], parts["C3"], parts["Q"])
+        return np.sqrt(sigma**2 + (posterior["sigma_wall"] * share) ** 2)
 
     def start(self) -> dict[str, np.ndarray]:
         """A feasible start: values (constrained space) of the free variables."""
@@ -242,7 +283,6 @@ class LatencyModel:
         coefficient evaluations than per row on a paper-style sweep.
         """
         import pymc as pm
-        import pytensor.tensor as pt
 
         predicting = rows is not None
         rows = self.rows if rows is None else rows
@@ -265,7 +305,8 @@ class LatencyModel:
                           dims="obs")
             at_obs = {name: value[idx] for name, value in data.items()}
             at_obs["rps"] = pm.Data("rps", rows["rps"].to_numpy(float), dims="obs")
-            mu = self.log_mean({name: value[idx] for name, value in parts.items()}, at_obs)
+            parts_obs = {name: value[idx] for name, value in parts.items()}
+            mu = self.log_mean(parts_obs, at_obs)
             self.ceiling_likelihood(parts, curves)
             sigma = pm.HalfNormal("sigma", sigma=self.config.prior("sigma_scale"))
             a, b = self.config.prior("nu_gamma")
@@ -273,12 +314,15 @@ class LatencyModel:
             se_rel = pm.Data("se_rel", rows["se_rel"].to_numpy(float), dims="obs")
             observed = pm.Data("log_latency_obs", rows["log_latency"].to_numpy(float), dims="obs")
             pm.StudentT("log_latency", nu=nu, mu=mu,
-                        sigma=pt.sqrt(sigma**2 + se_rel**2), observed=observed, dims="obs")
+                        sigma=self.likelihood_scale(sigma, se_rel, parts_obs, at_obs),
+                        observed=observed, dims="obs")
         return model
 
     def initial_values(self) -> dict[str, np.ndarray]:
         """The feasible start of every free variable (constrained values)."""
         extra = {"sigma_ceiling": 0.05} if self.fits_ceilings and not self.ceilings.empty else {}
+        if "C3" in self.parts:
+            extra["sigma_wall"] = 0.05
         return self.start() | {"sigma": 0.05, "nu_excess": 8.0} | extra
 
     def check_start(self, model) -> float:

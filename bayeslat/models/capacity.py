@@ -39,7 +39,18 @@ moves 10% for a 1% move of the wall), so the sampler works in the headroom at ea
 configuration's top measured rate ``r``: ``y = logit(1 − r·C3)`` (:class:`HeadroomTransform`),
 in which the queue's log latency at that rate is nearly linear. The prior's sliver of mass at
 ``r·C3 >= 1`` (a wall below a rate that was served), which the barrier excludes anyway, is
-dropped.
+dropped. The queue factor is sampled as the queue's wait at the same rate,
+``log Q + log(C3·ρ/(1 − ρ))`` (:func:`queue_shift`; a shift, so the prior is unchanged): the
+top points pin that wait, not ``Q``, which trades against the wall's place.
+
+The queue's form is an approximation near the wall (the batch limit, the token budget and the
+KV cache bind there too, and each bends the curve its own way): fitted one configuration at a
+time it still misses the points just below the wall by up to 7%. Those misses are not
+outliers, and a Student-t that called them so would let a top point choose between being
+fitted and being ignored (two modes). The likelihood's scale therefore grows with the share of
+the latency spent queueing, ``s² = sigma² + se² + (sigma_wall·w)²``
+(:meth:`~bayeslat.models.base.LatencyModel.likelihood_scale`): the bands widen where the model
+knows less.
 
 ``dense-capacity`` is :mod:`~bayeslat.models.dense` with ``log C3`` and ``log Q`` per
 configuration, pooled like ``C1`` and ``C2``; it needs no SD rows (a baseline-only sweep).
@@ -96,6 +107,22 @@ def headroom_transform(log_top):
     return HeadroomTransform()
 
 
+def queue_shift(log_c3, log_top):
+    r"""``log(C3·ρ/(1 − ρ))``, ``ρ = r·C3`` at the top rate ``r``: ``log Q`` plus this is the
+    log of the queue's wait at the top rate, which the top points pin whatever the wall's
+    exact place (sampling it, not ``log Q``, takes the wall–queue ridge out of the sampler's
+    way). Works on tensors and arrays; needs ``r·C3 < 1`` (the headroom transform's range)."""
+    import pytensor.tensor as pt
+
+    # log ρ, kept below 0 for the forward draws of the prior, which know nothing of the
+    # headroom transform (the sampler never leaves ρ < 1)
+    if isinstance(log_c3, np.ndarray):
+        a = np.minimum(log_c3 + log_top, -1e-9)
+        return log_c3 + a - np.log(-np.expm1(a))
+    a = pt.minimum(log_c3 + log_top, -1e-9)
+    return log_c3 + a - pt.log1mexp(a)
+
+
 class CapacityModel(HierarchicalModel):
     """Six per-stage coefficients with scaling priors, plus a compute wall and queue factor per
     configuration around its group's."""
@@ -123,31 +150,44 @@ class CapacityModel(HierarchicalModel):
         # each configuration's wall around its group's compute time, its queue factor around
         # its group's: values of the fitted configurations, then fresh ones for new ones
         fg, compute = self._group_compute(vectors)
-        top = self.rows.groupby("config")["rps"].max().reindex(self.configs).to_numpy()
+        log_top = np.log(self.top_rates())
         cidx, new = unit_index(curves["config"], self.configs)
         if len(new):
             pm.modelcontext(None).add_coord("new_config", new.to_numpy())
         labels = curves["config"].reset_index(drop=True).drop_duplicates()
         first = labels.index.to_numpy()[pd.Index(labels).get_indexer(new)]  # a row of each
         index = pm.Data("config_idx", cidx, dims=dim)
-        c3 = self._per_config("C3", pt.log(compute), pt.log(theory.compute_coefficient(
-            c["c3p"], c["c3v"], alpha, k, g))[first], headroom_transform(np.log(top)))[index]
-        q = self._per_config("Q", pt.log(vectors["q"])[fg], pt.log(c["q"])[first])[index]
-        return {"C1": c1, "C2": c2, "C3": c3, "Q": q}
+        log_c3 = self._per_config("C3", pt.log(compute), pt.log(theory.compute_coefficient(
+            c["c3p"], c["c3v"], alpha, k, g))[first], transform=headroom_transform(log_top))
+        # Q is sampled as the queue's wait at the top rate: log Q + queue_shift
+        shift = queue_shift(log_c3[: len(self.configs)], log_top)
+        log_q = self._per_config("Q", pt.log(vectors["q"])[fg], pt.log(c["q"])[first],
+                                 shift=shift)
+        return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.exp(log_q)[index]}
 
-    def _per_config(self, name, log_fitted, log_new, transform=None):
-        r"""``exp`` of ``log_<name> ~ N(log_fitted, tau_<name>)`` per fitted configuration,
-        then of ``log_new + tau·z`` per configuration never measured (dim ``new_config``)."""
+    def top_rates(self) -> np.ndarray:
+        """Each fitted configuration's highest measured rate (req/s), in :attr:`configs` order."""
+        return self.rows.groupby("config")["rps"].max().reindex(self.configs).to_numpy()
+
+    def _per_config(self, name, log_fitted, log_new, transform=None, shift=None):
+        r"""``log_<name> ~ N(log_fitted, tau_<name>)`` per fitted configuration, then
+        ``log_new + tau·z`` per configuration never measured (dim ``new_config``): the log
+        values, concatenated. With ``shift``, the variable sampled is ``log_<name> + shift``
+        (named ``log_<name>_top``), a change of location with unit Jacobian."""
         import pymc as pm
         import pytensor.tensor as pt
 
         tau = pm.Gamma(f"tau_{name}", alpha=2.0, beta=2.0 / self.config.prior("tau_mean"))
-        log_value = pm.Normal(f"log_{name}", mu=log_fitted, sigma=tau, dims="config",
-                              transform=transform)
+        if shift is None:
+            log_value = pm.Normal(f"log_{name}", mu=log_fitted, sigma=tau, dims="config",
+                                  transform=transform)
+        else:
+            log_value = pm.Normal(f"log_{name}_top", mu=log_fitted + shift, sigma=tau,
+                                  dims="config") - shift
         if "new_config" in pm.modelcontext(None).coords:
             z = pm.Normal(f"new_z_{name}", 0.0, 1.0, dims="new_config")
             log_value = pt.concatenate([log_value, log_new + tau * z])
-        return pt.exp(log_value)
+        return log_value
 
     def _group_compute(self, values):
         """Each fitted configuration's group index and its group's compute time ``C3`` from
@@ -166,8 +206,10 @@ class CapacityModel(HierarchicalModel):
         dev = log_c3 - np.log(compute)
         # each Q a little off its group's: at exactly the group value the group's z_q would
         # have a zero gradient, which nutpie's first mass matrix (scaled by it) cannot take
+        log_q = np.log(values["q"][fg]) + 0.05
         return out | {"log_C3": log_c3, "tau_C3": float(np.clip(dev.std(), 0.05, 1.0)),
-                      "log_Q": np.log(values["q"][fg]) + 0.05, "tau_Q": 0.25}
+                      "log_Q_top": log_q + queue_shift(log_c3, np.log(self.top_rates())),
+                      "tau_Q": 0.25}
 
     def unit_start(self):
         """The six coefficients' start, then ``c3p``, ``c3v`` per group by non-negative least

@@ -73,8 +73,11 @@ class Inputs:
         """Predict the fitted rows and a load grid per configuration in one call."""
         table = self.model.table
         grid = curve_rows(table)
-        pred = self.thin.predict(pd.concat([table, grid], ignore_index=True), seed=self.seed)
-        pred = pred.assign(latency_pp=predictive(pred["latency"], self.thin.idata, self.seed))
+        rows = pd.concat([table, grid], ignore_index=True)
+        pred = self.thin.predict(rows, seed=self.seed)
+        scatter = self.thin.scatter(self.thin.idata.posterior, pred, rows)
+        pred = pred.assign(latency_pp=predictive(pred["latency"], scatter, self.thin.idata,
+                                                 self.seed))
         n = len(table)
         self.fitted = pred.isel(obs=slice(0, n))
         self.curves = pred.isel(obs=slice(n, None))
@@ -178,12 +181,14 @@ def curve_rows(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True).drop(columns="group")
 
 
-def predictive(latency: xr.DataArray, idata, seed: int) -> xr.DataArray:
+def predictive(latency: xr.DataArray, scatter: xr.DataArray, idata, seed: int) -> xr.DataArray:
     """Posterior predictive draws of a measured mean latency: the model's latency times the
-    Student-t scatter of the likelihood, ``exp(sigma·t_nu)`` (measurement error left out)."""
+    Student-t scatter of the likelihood, ``exp(s·t_nu)``, ``s`` the likelihood's scale without
+    the measurement error (:meth:`~bayeslat.models.base.LatencyModel.scatter`)."""
     post = idata.posterior
     rng = np.random.default_rng(seed)
     t = rng.standard_t(post["nu"].values[..., None], size=latency.shape)
+    s = scatter.broadcast_like(latency).transpose(*latency.dims).values
     with np.errstate(over="ignore"):  # a far Student-t draw: an infinite latency
-        return latency * np.exp(post["sigma"].values[..., None] * t)
+        return latency * np.exp(s * t)
 
