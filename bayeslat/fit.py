@@ -336,7 +336,7 @@ def run(data: str | os.PathLike | None = None, variant: str = DEFAULT, *,
     if output.exists() and not overwrite:
         raise FitError(f"{output}: the file exists; pass --overwrite to replace it or choose "
                        "another name with -o")
-    cfg = ScalingConfig.load(config) if config is not None else ScalingConfig()
+    cfg = ScalingConfig.load(config) if config is not None else None  # the variant's default
     say(f"reading {data}")
     model = get(variant)(schema.read_table(data), cfg)
     say(f"building and compiling the {variant} model ({len(model.rows)} rows)")

@@ -41,7 +41,7 @@ DRAFTER_COEFS = ("c1d", "c2d")
 # The compute wall of the ``capacity`` variants (bayeslat.theory): per group, the compute time
 # of a request's prefill ``c3p`` (s per request), of one verified token ``c3v`` (s per token),
 # and the dimensionless queueing factor ``q`` (Pollaczek–Khinchine ``(1 + c_s²)/2``).
-COMPUTE_COEFS = ("c3p", "c3v", "q")
+COMPUTE_COEFS = ("c3p", "c3v")
 ALL_COEFS = COEFS + COMPUTE_COEFS
 INTERCEPT = "intercept"
 
@@ -69,7 +69,6 @@ DEFAULT_DESIGN: dict[str, tuple[str, ...]] = {
     # compute per token grows with the verifier's size; a prefill's with size × prompt length
     "c3p": ("prefill_compute",),
     "c3v": ("verifier_params_b",),
-    "q": (),
 }
 
 DEFAULT_PRIORS: dict[str, Any] = {
@@ -78,8 +77,8 @@ DEFAULT_PRIORS: dict[str, Any] = {
     "beta_scale": {"c1p": 0.5, "c1v": 0.1, "c1d": 0.02, "c2p": 0.1, "c2v": 0.005,
                    "c2d": 0.002,
                    # s per request (a 70B prefill of 1k tokens: ~0.3 s), s per verified token
-                   # (8B on an H100: ~3e-5), and the queueing factor (1 for exponential service)
-                   "c3p": 0.5, "c3v": 0.001, "q": 5.0},
+                   # (8B on an H100: ~3e-5)
+                   "c3p": 0.5, "c3v": 0.001},
     # Prior mean of the sd of the log group deviations (0.25: typical factor 1.3), a
     # Gamma(2, 2/mean) that keeps away from 0, where few groups would leave a funnel.
     "tau_mean": 0.25,
@@ -102,6 +101,7 @@ DEFAULT_PRIORS: dict[str, Any] = {
     "dense_c1_median": 1.0,
     "dense_c2_median": 0.05,
     # dense-capacity: the same for C3 (s per request: a compute capacity of 50 req/s) and Q
+    # (whose population prior capacity shares)
     "dense_c3_median": 0.02,
     "dense_q_median": 1.0,
     # ... with its own log-scale sd: a Pollaczek–Khinchine factor (1 + c_s²)/2 lies within
@@ -132,7 +132,7 @@ class ScalingConfig:
 
     design: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_DESIGN))
     priors: Mapping[str, Any] = field(default_factory=lambda: copy.deepcopy(DEFAULT_PRIORS))
-    noncentered: tuple[str, ...] = ("c1p", "q")
+    noncentered: tuple[str, ...] = ("c1p",)
 
     def __post_init__(self):
         for coef, feats in self.design.items():

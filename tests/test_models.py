@@ -98,6 +98,22 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     np.testing.assert_allclose(pred["capacity"], cap)
 
 
+def test_capacity_has_one_population_of_queue_factors_and_a_noncentred_c2d(fitted):
+    """Q per configuration around one population value (no per-group q), and c2d sampled
+    non-centred by the variant's default config; the paper's variants keep theirs."""
+    model, _ = fitted
+    post = model.idata.posterior
+    if model.variant != "capacity":
+        assert "z_c2d" not in post
+        assert model.config.noncentered == ("c1p",)
+        return
+    assert model.config.noncentered == ("c1p", "c2d")
+    assert "z_c2d" in post and "log_c2d" not in post
+    assert post["mu_log_Q"].dims == ("chain", "draw")
+    assert post["log_Q_top"].dims == ("chain", "draw", "config")
+    assert "q" not in post and "tau_q" not in post
+
+
 def test_scatter_grows_with_the_queue_share_for_the_capacity_variants(fitted):
     """``scatter`` (the predictive checks' scale) is ``sigma`` for the paper's variants and
     ``sqrt(sigma² + (sigma_wall·w)²)`` with ``w`` the queue's share for the capacity ones."""

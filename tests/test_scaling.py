@@ -66,4 +66,4 @@ def test_moe_split_parts_add_up_to_the_effective_coefficients():
 
 
 def test_config_json_is_plain_json():
-    assert json.loads(ScalingConfig().to_json())["noncentered"] == ["c1p", "q"]
+    assert json.loads(ScalingConfig().to_json())["noncentered"] == ["c1p"]

@@ -42,7 +42,7 @@ from bayeslat.errors import FitError, InputError, NumericalError
 from bayeslat.files import atomic_output
 from bayeslat.scaling import ScalingConfig
 
-FORMAT = 2
+FORMAT = 3
 # Headroom (1 − rps·C2) around which the barrier takes over from the exact formula.
 BARRIER_WIDTH = 0.002
 # Columns a table of new rows needs for predict (moe columns default to 0: dense).
@@ -147,7 +147,7 @@ class LatencyModel:
         table = schema.validate(data)
         self.source = table
         self.data_hash = data_hash or table_hash(table)
-        self.config = config or ScalingConfig()
+        self.config = config or self.default_config()
         sat = table["saturated"].to_numpy()
         self.excluded = excluded if excluded is not None else [
             f"{label} rps={r:.4g} ({why})" for label, r, why in zip(
@@ -165,6 +165,11 @@ class LatencyModel:
         self.setup(scales)
 
     # -- variant hooks -------------------------------------------------------------------------
+    @classmethod
+    def default_config(cls) -> ScalingConfig:
+        """The design and priors used when none is given."""
+        return ScalingConfig()
+
     def setup(self, scales: dict | None) -> None:
         """Find the units (groups, drafters, configurations) and their feature scales."""
         raise NotImplementedError

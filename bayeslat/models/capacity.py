@@ -16,23 +16,31 @@ benchmarks) are data of their own, so the fitted capacity must agree with them:
     \log \mathrm{ceiling}_c \sim N\bigl(-\log\max(C_{2c}, C_{3c}),\ \sigma_{\mathrm{cap}}\bigr),
     \qquad \sigma_{\mathrm{cap}} \sim \mathrm{Gamma}(5, 5/m).
 
-``capacity`` is :mod:`~bayeslat.models.hierarchical` with three more coefficients per group,
+``capacity`` is :mod:`~bayeslat.models.hierarchical` with two more coefficients per group,
 under the same linear scaling priors (:mod:`bayeslat.scaling`: ``c3p`` with the prefill's
-arithmetic, ``c3v`` with the verifier's size, ``q`` pooled), and a wall per configuration that
-scatters log-normally around its group's compute time,
+arithmetic, ``c3v`` with the verifier's size), a wall per configuration that scatters
+log-normally around its group's compute time, and a queue factor per configuration around one
+population value,
 
 .. math::
     \log C_{3c} \sim N\bigl(\log(c_{3p} + \tfrac{g}{E}\,(k+1)\,c_{3v}),\ \tau_{C3}\bigr),
-    \qquad \log Q_c \sim N(\log q,\ \tau_Q),
+    \qquad \log Q_c \sim N(\mu_Q,\ \tau_Q), \quad \mu_Q \sim N(\log m_Q, s_Q),
+    \quad \tau_Q \sim \mathrm{HalfNormal}(1),
 
-a request's prefill plus the ``k+1`` tokens each of its ``g/E`` verify cycles scores. The
-queue factor is a configuration's own too: one per group would tie every configuration's wall
-to its neighbours' bends (a direction NUTS crosses slowly). The scatter of the walls is there
-because compute is not the only wall: the batch limit (``max_num_seqs``) and the
-KV cache cap the concurrency too, and on a small verifier they bind first (its baseline, with the
-most steps per request, then has the lowest ceiling). Each measured configuration's own ceiling
-pins its ``C3``; a configuration never measured gets the group's compute time times a fresh
-deviation ``exp(tau_C3·z)``.
+a request's prefill plus the ``k+1`` tokens each of its ``g/E`` verify cycles scores (``m_Q``,
+``s_Q``: the ``dense_q_*`` priors, which ``dense-capacity`` uses too). The queue factor is a
+configuration's own: fitted one at a time, the example's range from 0.02 to 37. One per group
+gave two modes of equal density in a group, its load growth carried by the memory term
+(``c2p``) or by the queue (``q``): a group-level ``q`` trades against the group's ``C2`` for
+all its configurations at once, a configuration's ``Q`` only against its own wall. ``c2d`` is
+sampled non-centred by default (:meth:`CapacityModel.default_config`): with the queue there
+the data leave the drafter's per-request cost near 0, a funnel for a centred ``log c2d``.
+
+The scatter of the walls is there because compute is not the only wall: the batch limit
+(``max_num_seqs``) and the KV cache cap the concurrency too, and on a small verifier they bind
+first (its baseline, with the most steps per request, then has the lowest ceiling). Each
+measured configuration's own ceiling pins its ``C3``; a configuration never measured gets the
+group's compute time times a fresh deviation ``exp(tau_C3·z)``.
 
 Near the wall the likelihood is far from Gaussian in ``log C3`` (a top point at 90% of capacity
 moves 10% for a 1% move of the wall), so the sampler works in the headroom at each
@@ -68,6 +76,7 @@ from bayeslat.models import start as st
 from bayeslat.models.base import unit_index
 from bayeslat.models.dense import DenseModel
 from bayeslat.models.hierarchical import HierarchicalModel, _dim
+from bayeslat.scaling import ScalingConfig
 
 # Start of the queueing factor: a little below exponential service (Q = 1).
 Q_START = 0.5
@@ -132,6 +141,11 @@ class CapacityModel(HierarchicalModel):
     fits_ceilings = True
     coef_names = scaling.ALL_COEFS
 
+    @classmethod
+    def default_config(cls) -> ScalingConfig:
+        """The default design and priors, with ``c2d`` non-centred as well as ``c1p``."""
+        return ScalingConfig(noncentered=("c1p", "c2d"))
+
     def setup(self, scales):
         super().setup(scales)
         self.configs = pd.Index(pd.unique(self.rows["config"]))
@@ -146,10 +160,12 @@ class CapacityModel(HierarchicalModel):
         vectors, index = self.unit_vectors(curves, dim)
         c = {coef: vectors[coef][index[_dim(coef)]] for coef in self.coef_names}
         alpha, k, g = data["alpha"], data["k"], data["decode_tokens"]
+        mu_q = pm.Normal("mu_log_Q", np.log(self.config.prior("dense_q_median")),
+                         self.config.prior("dense_q_log_sd"))
         c1, c2 = theory.effective_coefficients(*(c[q] for q in scaling.COEFS), alpha, k, g)
         # each configuration's wall around its group's compute time, its queue factor around
-        # its group's: values of the fitted configurations, then fresh ones for new ones
-        fg, compute = self._group_compute(vectors)
+        # the population's: values of the fitted configurations, then fresh ones for new ones
+        compute = self._group_compute(vectors)
         log_top = np.log(self.top_rates())
         cidx, new = unit_index(curves["config"], self.configs)
         if len(new):
@@ -161,8 +177,8 @@ class CapacityModel(HierarchicalModel):
             c["c3p"], c["c3v"], alpha, k, g))[first], transform=headroom_transform(log_top))
         # Q is sampled as the queue's wait at the top rate: log Q + queue_shift
         shift = queue_shift(log_c3[: len(self.configs)], log_top)
-        log_q = self._per_config("Q", pt.log(vectors["q"])[fg], pt.log(c["q"])[first],
-                                 shift=shift)
+        log_q = self._per_config("Q", pt.zeros(len(self.configs)) + mu_q,
+                                 pt.zeros(len(new)) + mu_q, shift=shift)
         return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.exp(log_q)[index]}
 
     def top_rates(self) -> np.ndarray:
@@ -177,7 +193,9 @@ class CapacityModel(HierarchicalModel):
         import pymc as pm
         import pytensor.tensor as pt
 
-        tau = pm.Gamma(f"tau_{name}", alpha=2.0, beta=2.0 / self.config.prior("tau_mean"))
+        # Q's spread is wide (a factor e² across the example): HalfNormal(1), as dense-capacity
+        tau = (pm.HalfNormal(f"tau_{name}", 1.0) if name == "Q" else
+               pm.Gamma(f"tau_{name}", alpha=2.0, beta=2.0 / self.config.prior("tau_mean")))
         if shift is None:
             log_value = pm.Normal(f"log_{name}", mu=log_fitted, sigma=tau, dims="config",
                                   transform=transform)
@@ -190,26 +208,26 @@ class CapacityModel(HierarchicalModel):
         return log_value
 
     def _group_compute(self, values):
-        """Each fitted configuration's group index and its group's compute time ``C3`` from
-        the per-group ``c3p``, ``c3v`` in ``values`` (tensors or arrays)."""
+        """Each fitted configuration's group compute time ``C3`` from the per-group ``c3p``,
+        ``c3v`` in ``values`` (tensors or arrays)."""
         fitted = self.rows.drop_duplicates("config")
         fg = self.units["group"].index.get_indexer(fitted["group"])
-        return fg, theory.compute_coefficient(
+        return theory.compute_coefficient(
             values["c3p"][fg], values["c3v"][fg], fitted["alpha0"].to_numpy(float),
             fitted["k"].to_numpy(float), fitted["decode_tokens"].to_numpy(float))
 
     def start(self):
         out = super().start()
         values = self.unit_start()
-        fg, compute = self._group_compute(values)
+        compute = self._group_compute(values)
         log_c3 = np.log(_compute_start(self).to_numpy())
         dev = log_c3 - np.log(compute)
-        # each Q a little off its group's: at exactly the group value the group's z_q would
-        # have a zero gradient, which nutpie's first mass matrix (scaled by it) cannot take
-        log_q = np.log(values["q"][fg]) + 0.05
+        # each Q a little off the population's: at exactly its value mu_log_Q would have a
+        # zero gradient, which nutpie's first mass matrix (scaled by it) cannot take
+        log_q = np.full(len(log_c3), np.log(Q_START) + 0.05)
         return out | {"log_C3": log_c3, "tau_C3": float(np.clip(dev.std(), 0.05, 1.0)),
                       "log_Q_top": log_q + queue_shift(log_c3, np.log(self.top_rates())),
-                      "tau_Q": 0.25}
+                      "mu_log_Q": np.log(Q_START), "tau_Q": 0.5}
 
     def unit_start(self):
         """The six coefficients' start, then ``c3p``, ``c3v`` per group by non-negative least
@@ -237,8 +255,7 @@ class CapacityModel(HierarchicalModel):
         load = pd.Series(rows["rps"].to_numpy() * (c3p[gidx] + row_tokens * c3v[gidx]))
         shrink = np.minimum(1.0, st.MAX_LOAD / load.groupby(gidx).max().reindex(
             range(len(groups))).fillna(1.0).to_numpy())
-        return out | {"c3p": c3p * shrink, "c3v": c3v * shrink,
-                      "q": np.full(len(groups), Q_START)}
+        return out | {"c3p": c3p * shrink, "c3v": c3v * shrink}
 
 
 class DenseCapacityModel(DenseModel):
