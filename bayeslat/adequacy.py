@@ -6,10 +6,12 @@ posterior predictive of the fitted rows: the model latency of each draw times th
 scatter,
 
 .. math::
-    \log \tilde L_i = \log L_{\mathrm{model},i} + s_i\,t_{\nu}, \qquad
+    \log \tilde L_i = \log L_{\mathrm{model},i} + \delta_i + s_i\,t_{\nu}, \qquad
     s_i^2 = \sigma^2 + \mathrm{se\_rel}_i^2\ (+\,(\sigma_{\mathrm{wall}} w_i)^2),
 
-with ``sigma`` and ``nu`` of the same draw and ``t_nu`` drawn with a seed. From it:
+with ``sigma`` and ``nu`` of the same draw, ``delta_i`` the synchronous benchmarks' offset
+(:meth:`~bayeslat.models.base.LatencyModel.protocol_shift`) and ``t_nu`` drawn with a seed.
+From it:
 
 - the share of points inside their 50% and 90% central predictive intervals (about 0.5 and 0.9
   for an adequate model; a fit to these very points errs, if anything, on the high side);
@@ -39,6 +41,7 @@ from bayeslat import theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.fit import full_coefficients
+from bayeslat.models.base import prepare
 
 DRAWS = ("chain", "draw")
 # Posterior draws used (picked at random with the seed, the same draw indices in every chain):
@@ -185,17 +188,50 @@ def check(model, seed: int = 0, max_draws: int = MAX_DRAWS) -> Adequacy:
         raise FitError("the model is not fitted; fit it or load a fit before checking it")
     thin = _thinned(model, max_draws, seed)
     rows = model.rows
-    post = thin.idata.posterior
     parts, latency = _predict(thin, model, seed)
-    scatter = thin.scatter(post, parts, rows).transpose("chain", "draw", ...)
-    log_pp = predictive_log_latency(
-        latency.transpose("chain", "draw", "obs").values, scatter.values,
-        post["nu"].values, rows["se_rel"].to_numpy(float), seed)
-    points = _points(rows, log_pp)
+    points = _predictive_points(thin, parts, latency, rows, seed)
     configs = _configs(points, _capacity(parts, rows), measured_ceilings(model))
     figures = _figures(points, configs, model.idata.posterior)
     return Adequacy(points=points, configs=configs, figures=figures,
                     warnings=_warnings(figures, configs, "C3" in model.parts))
+
+
+def held_out(model, table: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """The posterior predictive of measured rows a fitted model did not see.
+
+    Parameters
+    ----------
+    model
+        A fitted :class:`~bayeslat.models.base.LatencyModel`.
+    table
+        Sweep rows (:mod:`bayeslat.data.schema`, unsaturated) left out of the fit: a rate, a
+        configuration, a workload.
+    seed
+        Seed of the prediction and of the Student-t scatter.
+
+    Returns
+    -------
+    One row per row of ``table``: the columns of :attr:`Adequacy.points` (ranks and ``top``
+    among the held-out rows) and ``ape``, the absolute error of the predictive median over
+    the measured latency.
+    """
+    rows = prepare(table)
+    pred = model.predict(table, seed=seed)
+    points = _predictive_points(model, pred, pred["latency"], rows, seed)
+    return points.assign(ape=np.abs(points["median"] / points["latency_mean"] - 1))
+
+
+def _predictive_points(model, parts: xr.Dataset, latency: xr.DataArray, rows: pd.DataFrame,
+                       seed: int) -> pd.DataFrame:
+    """Predictive quantiles of each row's measured latency (:func:`_points`): the model's
+    latency moved by the benchmark's protocol offset, with the likelihood's scatter."""
+    post = model.idata.posterior
+    latency = latency * np.exp(model.protocol_shift(post, rows))
+    scatter = model.scatter(post, parts, rows).transpose("chain", "draw", ...)
+    log_pp = predictive_log_latency(
+        latency.transpose("chain", "draw", "obs").values, scatter.values,
+        post["nu"].values, rows["se_rel"].to_numpy(float), seed)
+    return _points(rows, log_pp)
 
 
 def predictive_log_latency(latency: np.ndarray, sigma: np.ndarray, nu: np.ndarray,

@@ -88,6 +88,10 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # whose latency is all queueing for compute (the capacity variants: it grows with the
     # queue's share; 0.1 = 10%).
     "sigma_wall_mean": 0.1,
+    # Normal sd of the log offset of synchronous benchmarks from the curve at their rate: a
+    # lone request's steps have a batch of one, cheaper than the curve's (llm-d: 14% below
+    # the constant rates' intercept; 0.2 leaves that well inside the prior).
+    "sync_shift_sd": 0.2,
     # Gamma(alpha, beta) on the Student-t degrees of freedom above 2: nu = 2 + Gamma, so the
     # likelihood keeps a finite variance and cannot turn a systematic misfit into "outliers".
     "nu_gamma": [2.0, 0.1],

@@ -63,25 +63,6 @@ def fitted(variant: str, table: pd.DataFrame, args, label: str):
     return model
 
 
-def held_out(model, rows: pd.DataFrame, seed: int) -> pd.DataFrame:
-    """Predictive median and 50%/90% intervals of ``rows`` (never fitted) against their
-    measured latency."""
-    from bayeslat.models.base import prepare
-
-    pred = model.predict(rows, seed=seed)
-    prepared = prepare(rows)
-    post = model.idata.posterior
-    log_pp = adequacy.predictive_log_latency(
-        pred["latency"].transpose("chain", "draw", "obs").values, post["sigma"].values,
-        post["nu"].values, prepared["se_rel"].to_numpy(float), seed)
-    flat = log_pp.reshape(-1, log_pp.shape[-1])
-    q = np.quantile(flat, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
-    y = prepared["log_latency"].to_numpy()
-    return pd.DataFrame({"config": prepared["config"], "rps": prepared["rps"],
-                         "ape": np.abs(np.expm1(q[2] - y)),
-                         "in50": (q[1] <= y) & (y <= q[3]), "in90": (q[0] <= y) & (y <= q[4])})
-
-
 def top_constant_rate(table: pd.DataFrame) -> pd.Series:
     """Mask of each configuration's highest unsaturated constant-rate row."""
     ok = (~table["saturated"]) & (table["strategy"] == "constant")
@@ -106,6 +87,10 @@ def part_example(args):
         loo[variant] = model.idata
     if len(loo) > 1:
         print(az.compare(loo, ic="loo").round(1).to_string())
+    for variant, idata in loo.items():
+        k = az.loo(idata, pointwise=True).pareto_k.values
+        print(f"    {variant}: Pareto k > 0.7 at {(k > 0.7).sum()} of {k.size} points "
+              f"(> 1 at {(k > 1).sum()}): PSIS-LOO is unreliable there")
 
 
 def part_holdout(args):
@@ -114,7 +99,7 @@ def part_holdout(args):
     top = top_constant_rate(table)
     for variant in args.variants:
         model = fitted(variant, table[~top].reset_index(drop=True), args, "holdout")
-        out = held_out(model, table[top].reset_index(drop=True), args.seed)
+        out = adequacy.held_out(model, table[top].reset_index(drop=True), args.seed)
         print(f"    {variant}: {len(out)} held-out top rates, MAPE {out['ape'].mean():.2%}, "
               f"median APE {out['ape'].median():.2%}, max APE {out['ape'].max():.1%}, "
               f"coverage 50% {out['in50'].mean():.3f}, 90% {out['in90'].mean():.3f}")
@@ -134,7 +119,7 @@ def part_llmd(args):
         for i in np.flatnonzero((table["strategy"] == "constant").to_numpy()):
             model = fitted(variant, table.drop(index=i).reset_index(drop=True), args,
                            f"without rps {table.loc[i, 'rps']:.2f}")
-            rows.append(held_out(model, table.loc[[i]].reset_index(drop=True), args.seed))
+            rows.append(adequacy.held_out(model, table.loc[[i]].reset_index(drop=True), args.seed))
         out = pd.concat(rows, ignore_index=True)
         print(f"    {variant}: leave-one-rate-out over {len(out)} constant rates: MAPE "
               f"{out['ape'].mean():.2%} (per rate: "

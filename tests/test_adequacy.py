@@ -57,6 +57,7 @@ class Fitted:
                                 rps=("obs", rows["rps"].to_numpy()))
 
     scatter = LatencyModel.scatter
+    protocol_shift = staticmethod(LatencyModel.protocol_shift)
 
     def latency(self, parts, rows):
         rps = xr.DataArray(rows["rps"].to_numpy(), dims="obs")
@@ -111,6 +112,44 @@ def test_data_drawn_from_the_predictive_are_covered_at_the_nominal_rates():
     assert out.points.loc[out.points["load_rank"] == 1, "top"].all()
     summary = out.summary()
     assert summary.set_index("figure").loc["points inside the 90% interval", "ok"]
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.3])
+def test_synchronous_rows_are_predicted_with_the_fitted_offset(shift):
+    """Each configuration's lowest load run synchronously, its latency 0.3 (log) above the
+    curve: covered where the posterior carries that offset, outside every band where not."""
+    table, c1, c2 = _sweep()
+    sync = table.index.isin(table.groupby(["prefill_tokens", "decode_tokens", "alpha", "k"],
+                                          dropna=False)["rps"].idxmin())
+    table.loc[sync, "strategy"] = "synchronous"
+    table.loc[sync, ["latency_mean", "latency_std"]] *= np.exp(0.3)
+    fitted = Fitted(table, {"C1": c1, "C2": c2})
+    post = fitted.idata.posterior
+    fitted.idata.posterior["sync_shift"] = xr.full_like(post["sigma"], shift)
+    points = adequacy.check(fitted, seed=0).points
+    if shift:
+        truth = theory.latency(table["rps"].to_numpy(), c1, c2) * np.exp(0.3 * sync)
+        np.testing.assert_allclose(points["median"], truth, rtol=0.02)
+        assert points.loc[sync, "in90"].mean() >= 0.75
+    else:
+        assert not points.loc[sync, "in90"].any()
+
+
+def test_held_out_rows_are_scored_against_the_predictive():
+    """Rows the fit did not see, predicted as they come (not per configuration): drawn from
+    the predictive they are covered at about the nominal rate, and ``ape`` is the median's
+    error; moved by 20% they are not covered."""
+    table, c1, c2 = _sweep()
+    fitted = Fitted(table, {"C1": c1, "C2": c2})
+    rows = table.iloc[::2].reset_index(drop=True)
+    out = adequacy.held_out(fitted, rows, seed=0)
+    assert len(out) == len(rows) and fitted.predicted_rows == [len(rows)]
+    assert abs(out["in90"].mean() - 0.9) <= 3 * np.sqrt(0.09 / len(rows))
+    np.testing.assert_allclose(out["ape"], abs(out["median"] / rows["latency_mean"] - 1))
+    truth = theory.latency(rows["rps"].to_numpy(), c1[::2], c2[::2])
+    np.testing.assert_allclose(out["median"], truth, rtol=0.02)
+    moved = adequacy.held_out(fitted, rows.assign(latency_mean=rows["latency_mean"] * 1.2))
+    assert moved["in90"].mean() < 0.2 and moved["ape"].mean() > 0.1
 
 
 def test_data_moved_at_the_top_loads_lower_top_coverage_and_warn():

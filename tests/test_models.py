@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pymc as pm
 import pytest
+import xarray as xr
 from pymc.testing import mock_sample
 
 import bayeslat
@@ -132,6 +133,26 @@ def test_scatter_grows_with_the_queue_share_for_the_capacity_variants(fitted):
         scale, np.sqrt(post["sigma"] ** 2 + (post["sigma_wall"] * share) ** 2).broadcast_like(
             scale))
     assert (scale >= post["sigma"]).all()
+
+
+def test_synchronous_rows_share_an_offset_of_their_own():
+    """A synchronous benchmark (one request at a time) is fitted at its rate plus one shared
+    log offset, ``sync_shift``; a sweep without one has no such variable."""
+    df = table("hierarchical")
+    assert "sync_shift" not in get("hierarchical")(df).build().named_vars
+    lowest = df.groupby(["verifier", "prefill_tokens", "alpha", "k"], dropna=False)[
+        "rps"].idxmin().to_numpy()[:3]
+    df.loc[lowest, "strategy"] = "synchronous"
+    model = get("hierarchical")(df)
+    built = model.build()
+    assert "sync_shift" in [rv.name for rv in built.free_RVs]
+    sync = built["synchronous"].get_value()
+    assert sync.sum() == 3 and (sync == (model.rows["strategy"] == "synchronous")).all()
+    post = xr.Dataset({"sync_shift": (("chain", "draw"), [[0.1, -0.2]])})
+    shift = model.protocol_shift(post, model.rows)
+    assert shift.dims == ("chain", "draw", "obs")
+    np.testing.assert_allclose(shift.sel(obs=sync == 1), [[[0.1] * 3, [-0.2] * 3]])
+    assert float(abs(shift.sel(obs=sync == 0)).max()) == 0.0
 
 
 def test_attrs_carry_variant_config_hash_and_sampler(fitted):

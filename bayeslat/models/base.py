@@ -7,6 +7,9 @@ Likelihood (all variants), on the log of the mean latency of observation ``i``:
     s_i\bigr), \qquad s_i^2 = \sigma^2 + (\mathrm{se}_i / L_i)^2,
 
 ``se_i`` the standard error of the measured mean (:func:`bayeslat.data.schema.standard_error`),
+a synchronous benchmark's location moved by ``sync_shift ~ N(0, 0.2)`` (one request at a time:
+its steps have a batch of one, which the continuous-batching curve at its rate overestimates;
+:meth:`LatencyModel.protocol_shift` gives the predictive checks the same offset),
 plus, in the variants with the compute wall, ``(sigma_wall·w_i)²`` with ``w_i`` the share of
 the model latency spent queueing (:meth:`LatencyModel.likelihood_scale`),
 ``sigma ~ HalfNormal``, ``nu = 2 + Gamma`` (a finite variance: heavy enough tails for a few bad
@@ -237,6 +240,16 @@ class LatencyModel:
                                    parts["C1"], parts["C2"], parts["C3"], parts["Q"])
         return np.sqrt(sigma**2 + (posterior["sigma_wall"] * share) ** 2)
 
+    @staticmethod
+    def protocol_shift(posterior: xr.Dataset, rows: pd.DataFrame):
+        """The log offset of each row's measured latency from the model's, per draw (dims
+        ``chain, draw, obs``): ``sync_shift`` for a synchronous benchmark, 0 for the others
+        (and for every row of a fit without synchronous rows)."""
+        if "sync_shift" not in posterior or "strategy" not in rows:
+            return 0.0
+        sync = xr.DataArray((rows["strategy"] == "synchronous").to_numpy(float), dims="obs")
+        return posterior["sync_shift"] * sync
+
     def start(self) -> dict[str, np.ndarray]:
         """A feasible start: values (constrained space) of the free variables."""
         raise NotImplementedError
@@ -312,6 +325,10 @@ class LatencyModel:
             at_obs["rps"] = pm.Data("rps", rows["rps"].to_numpy(float), dims="obs")
             parts_obs = {name: value[idx] for name, value in parts.items()}
             mu = self.log_mean(parts_obs, at_obs)
+            sync = (rows["strategy"] == "synchronous").to_numpy(float)
+            if sync.any():
+                shift = pm.Normal("sync_shift", 0.0, self.config.prior("sync_shift_sd"))
+                mu = mu + shift * pm.Data("synchronous", sync, dims="obs")
             self.ceiling_likelihood(parts, curves)
             sigma = pm.HalfNormal("sigma", sigma=self.config.prior("sigma_scale"))
             a, b = self.config.prior("nu_gamma")

@@ -75,9 +75,10 @@ class Inputs:
         grid = curve_rows(table)
         rows = pd.concat([table, grid], ignore_index=True)
         pred = self.thin.predict(rows, seed=self.seed)
-        scatter = self.thin.scatter(self.thin.idata.posterior, pred, rows)
-        pred = pred.assign(latency_pp=predictive(pred["latency"], scatter, self.thin.idata,
-                                                 self.seed))
+        post = self.thin.idata.posterior
+        scatter = self.thin.scatter(post, pred, rows)
+        measured = pred["latency"] * np.exp(self.thin.protocol_shift(post, rows))
+        pred = pred.assign(latency_pp=predictive(measured, scatter, self.thin.idata, self.seed))
         n = len(table)
         self.fitted = pred.isel(obs=slice(0, n))
         self.curves = pred.isel(obs=slice(n, None))
@@ -176,7 +177,8 @@ def curve_rows(table: pd.DataFrame) -> pd.DataFrame:
     group = schema.group_labels(table)
     highest = table.groupby(group)["rps"].max()
     first = table.assign(group=group).drop_duplicates(list(schema.CONFIG_COLUMNS))
-    out = [pd.DataFrame([row] * GRID_POINTS).assign(rps=load_grid(highest[row["group"]]))
+    out = [pd.DataFrame([row] * GRID_POINTS).assign(rps=load_grid(highest[row["group"]]),
+                                                    strategy="constant")
            for _, row in first.iterrows()]
     return pd.concat(out, ignore_index=True).drop(columns="group")
 
