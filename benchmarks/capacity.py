@@ -43,6 +43,7 @@ from bayeslat import adequacy, decide, fit  # noqa: E402
 from bayeslat.cli.options import quiet_pymc  # noqa: E402
 from bayeslat.data import schema  # noqa: E402
 from bayeslat.models import get  # noqa: E402
+from bayeslat.report.inputs import predictive  # noqa: E402
 
 EXAMPLE = ROOT / "data" / "example" / "sweep.parquet"
 LLMD = ROOT / "data" / "llmd" / "sweep.csv"
@@ -173,13 +174,10 @@ def discrepancy_speedup(model, setup: pd.Series, alphas, ks, loads, seed: int):
     rows.loc[base, ["method", "drafter"]] = "none"
     rows.loc[base, ["drafter_params_b", "alpha"]] = [0.0, np.nan]
     pred = model.predict(rows, seed=seed)
-    post = model.idata.posterior
-    lat = pred["latency"].transpose("chain", "draw", "obs").values
-    scale = model.scatter(post, pred, rows).broadcast_like(pred["latency"]).transpose(
-        "chain", "draw", "obs").values
-    t = np.random.default_rng([seed, 2]).standard_t(
-        np.broadcast_to(post["nu"].values[..., None], lat.shape))
-    noisy = (lat * np.exp(scale * t)).reshape(-1, len(rows))
+    latency = pred["latency"].transpose("chain", "draw", "obs")
+    # the report's posterior predictive draws (measurement error left out)
+    noisy = predictive(latency, model.scatter(model.idata.posterior, pred, rows), model.idata,
+                       seed).values.reshape(-1, len(rows))
     out = {}
     for alpha in alphas:
         for r in loads:
