@@ -173,29 +173,30 @@ class CapacityModel(HierarchicalModel):
         labels = curves["config"].reset_index(drop=True).drop_duplicates()
         first = labels.index.to_numpy()[pd.Index(labels).get_indexer(new)]  # a row of each
         index = pm.Data("config_idx", cidx, dims=dim)
-        log_c3 = self._per_config("C3", pt.log(compute), pt.log(theory.compute_coefficient(
-            c["c3p"], c["c3v"], alpha, k, g))[first], transform=headroom_transform(log_top))
-        # Q is sampled as the queue's wait at the top rate: log Q + queue_shift
+        tau_c3 = pm.Gamma("tau_C3", alpha=2.0, beta=2.0 / self.config.prior("tau_mean"))
+        log_c3 = self._per_config("C3", tau_c3, pt.log(compute), pt.log(
+            theory.compute_coefficient(c["c3p"], c["c3v"], alpha, k, g))[first],
+            transform=headroom_transform(log_top))
+        # Q is sampled as the queue's wait at the top rate: log Q + queue_shift; its spread is
+        # wide (a factor e² across the example): HalfNormal(1), as dense-capacity
         shift = queue_shift(log_c3[: len(self.configs)], log_top)
-        log_q = self._per_config("Q", pt.zeros(len(self.configs)) + mu_q,
-                                 pt.zeros(len(new)) + mu_q, shift=shift)
+        log_q = self._per_config("Q", pm.HalfNormal("tau_Q", 1.0),
+                                 pt.zeros(len(self.configs)) + mu_q, pt.zeros(len(new)) + mu_q,
+                                 shift=shift)
         return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.exp(log_q)[index]}
 
     def top_rates(self) -> np.ndarray:
         """Each fitted configuration's highest measured rate (req/s), in :attr:`configs` order."""
         return self.rows.groupby("config")["rps"].max().reindex(self.configs).to_numpy()
 
-    def _per_config(self, name, log_fitted, log_new, transform=None, shift=None):
-        r"""``log_<name> ~ N(log_fitted, tau_<name>)`` per fitted configuration, then
+    def _per_config(self, name, tau, log_fitted, log_new, transform=None, shift=None):
+        r"""``log_<name> ~ N(log_fitted, tau)`` per fitted configuration, then
         ``log_new + tau·z`` per configuration never measured (dim ``new_config``): the log
         values, concatenated. With ``shift``, the variable sampled is ``log_<name> + shift``
         (named ``log_<name>_top``), a change of location with unit Jacobian."""
         import pymc as pm
         import pytensor.tensor as pt
 
-        # Q's spread is wide (a factor e² across the example): HalfNormal(1), as dense-capacity
-        tau = (pm.HalfNormal(f"tau_{name}", 1.0) if name == "Q" else
-               pm.Gamma(f"tau_{name}", alpha=2.0, beta=2.0 / self.config.prior("tau_mean")))
         if shift is None:
             log_value = pm.Normal(f"log_{name}", mu=log_fitted, sigma=tau, dims="config",
                                   transform=transform)
