@@ -41,7 +41,7 @@ from bayeslat import theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.fit import full_coefficients
-from bayeslat.models.base import prepare
+from bayeslat.models.base import prepare, scatter_draws
 
 DRAWS = ("chain", "draw")
 # Posterior draws used (picked at random with the seed, the same draw indices in every chain):
@@ -227,41 +227,34 @@ def _predictive_points(model, parts: xr.Dataset, latency: xr.DataArray, rows: pd
     latency moved by the benchmark's protocol offset, with the likelihood's scatter."""
     post = model.idata.posterior
     latency = latency * np.exp(model.protocol_shift(post, rows))
-    scatter = model.scatter(post, parts, rows).transpose("chain", "draw", ...)
-    log_pp = predictive_log_latency(
-        latency.transpose("chain", "draw", "obs").values, scatter.values,
-        post["nu"].values, rows["se_rel"].to_numpy(float), seed)
-    return _points(rows, log_pp)
+    se_rel = xr.DataArray(rows["se_rel"].to_numpy(float), dims="obs")
+    scale = np.sqrt(model.scatter(post, parts, rows["rps"]) ** 2 + se_rel**2)
+    return _points(rows, predictive_log_latency(latency, scale, post["nu"], seed))
 
 
-def predictive_log_latency(latency: np.ndarray, sigma: np.ndarray, nu: np.ndarray,
-                           se_rel: np.ndarray, seed: int = 0) -> np.ndarray:
-    r"""Draws of the log of a measured mean latency, ``log L + sqrt(sigma² + se_rel²)·t_nu``.
+def predictive_log_latency(latency: xr.DataArray, scale: xr.DataArray, nu: xr.DataArray,
+                           seed: int = 0) -> np.ndarray:
+    r"""Draws of the log of a measured mean latency, ``log L + scale·t_nu``
+    (:func:`~bayeslat.models.base.scatter_draws`).
 
     Parameters
     ----------
     latency
-        Model latency (s), shape ``(chain, draw, obs)``; ``inf`` where a draw saturates.
-    sigma, nu
-        The likelihood's scale without the measurement error, shape ``(chain, draw)`` or
-        ``(chain, draw, obs)`` (:meth:`~bayeslat.models.base.LatencyModel.scatter`), and its
-        degrees of freedom, shape ``(chain, draw)``.
-    se_rel
-        Standard error of each measured mean over the mean, shape ``(obs,)``.
+        Model latency (s), dims ``(chain, draw, obs)``; ``inf`` where a draw saturates.
+    scale, nu
+        The likelihood's scale with the measurement error, ``sqrt(scatter² + se_rel²)``
+        (:meth:`~bayeslat.models.base.LatencyModel.scatter`), and its degrees of freedom.
     seed
         Seed of the Student-t draws.
 
     Returns
     -------
-    Array like ``latency``; a saturated draw is a very large finite number, so that quantiles
-    stay defined and a measured point is below it.
+    Array of shape ``(chain, draw, obs)``; a saturated draw is a very large finite number,
+    so that quantiles stay defined and a measured point is below it.
     """
-    rng = np.random.default_rng([seed, 1])
-    t = rng.standard_t(np.broadcast_to(nu[..., None], latency.shape))
-    sigma = sigma if sigma.ndim == 3 else sigma[..., None]
-    scale = np.sqrt(sigma**2 + np.asarray(se_rel)[None, None, :] ** 2)
+    draws = scatter_draws(scale.broadcast_like(latency), nu, [seed, 1])
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.log(latency) + scale * t
+        out = (np.log(latency) + draws).transpose("chain", "draw", "obs").values
     out[~np.isfinite(out)] = _SATURATED_LOG
     return out
 

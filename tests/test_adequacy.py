@@ -240,20 +240,18 @@ def test_low_nu_warns_that_misfit_is_taken_for_outliers():
 
 
 def test_predictive_draws_have_the_likelihood_scale_and_are_seeded():
-    lat = np.full((2, 4000, 3), 2.0)
+    lat = xr.DataArray(np.full((2, 4000, 3), 2.0), dims=("chain", "draw", "obs"))
     lat[:, :, 2] = np.inf
-    sigma = np.full((2, 4000), 0.1)
-    nu = np.full((2, 4000), 1e6)
-    se_rel = np.array([0.0, 0.2, 0.0])
-    out = adequacy.predictive_log_latency(lat, sigma, nu, se_rel, seed=3)
+    scale = xr.DataArray([0.1, np.hypot(0.1, 0.2), 0.1], dims="obs")
+    nu = xr.DataArray(np.full((2, 4000), 1e6), dims=("chain", "draw"))
+    out = adequacy.predictive_log_latency(lat, scale, nu, seed=3)
+    assert out.shape == lat.shape
     assert np.isfinite(out).all() and (out[:, :, 2] > 1e5).all()
     resid = out[:, :, :2] - np.log(2.0)
     assert resid[:, :, 0].std() == pytest.approx(0.1, rel=0.05)
     assert resid[:, :, 1].std() == pytest.approx(np.hypot(0.1, 0.2), rel=0.05)
-    np.testing.assert_array_equal(out, adequacy.predictive_log_latency(lat, sigma, nu, se_rel,
-                                                                       seed=3))
-    assert not np.array_equal(out, adequacy.predictive_log_latency(lat, sigma, nu, se_rel,
-                                                                   seed=4))
+    np.testing.assert_array_equal(out, adequacy.predictive_log_latency(lat, scale, nu, seed=3))
+    assert not np.array_equal(out, adequacy.predictive_log_latency(lat, scale, nu, seed=4))
 
 
 def test_an_unfitted_model_is_a_fit_error():

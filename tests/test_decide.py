@@ -5,6 +5,7 @@ import pytest
 import xarray as xr
 
 from bayeslat import decide, theory
+from bayeslat.models.base import scatter_draws
 
 KS = [0, 2, 6]
 C1 = [1.20, 0.92, 0.78]  # DESIGN.md §2: baseline, config B (k=2), config A (k=6)
@@ -161,6 +162,8 @@ def test_risk_neutral_minimises_expected_latency_not_mean_speedup():
     assert out["k_neutral"].item() == 0
     assert out["k_risk"].item() == 0
     assert out["p_sd_hurts"].sel(k=1).item() == pytest.approx(0.8)
+    # the reported mean speedup is the ratio of expectations, 1.0/1.06, not the mean ratio
+    assert out["speedup"].sel(k=1, stat="mean").item() == pytest.approx(1.0 / 1.06)
     # the same posterior with the slow draws only 1.1 s: now k = 1 has the lower expectation
     c1_better = c1.copy(data=np.stack([np.ones(n), np.where(fast, 0.1, 1.1)], axis=1))
     assert decide.analyse(c1_better, c2, [0.0])["k_neutral"].item() == 1
@@ -208,3 +211,26 @@ def test_measured_range_and_beyond_capacity_flags():
     unlabelled = decide.analyse(c1, c2, rps)
     assert not unlabelled["extrapolated"].any()
     assert not unlabelled["rps_star_beyond_capacity"].any()
+
+
+def test_discrepancy_widens_the_bands_and_leaves_the_expectations():
+    """With the true latency scattering about the curve, the speedup bands and P(SD hurts)
+    take the scatter; the expectations, the risk-neutral k and RPS* stay on the curve."""
+    c1, c2 = point_mass(4000)
+    rps = np.array([0.0, 8.0])
+    curve = decide.analyse(c1, c2, rps)
+    scale = xr.DataArray(np.full((4000, 3, 2), 0.05), dims=("sample", "k", "rps"),
+                         coords={"sample": np.arange(4000), "k": KS, "rps": rps})
+    d = scatter_draws(scale, xr.DataArray(np.full(4000, 1e6), dims="sample"), 0)
+    true = decide.analyse(c1, c2, rps, discrepancy=d)
+    spd = true["speedup"].sel(k=6, rps=8.0)
+    want = theory.speedup(8.0, C1[0], C2[0], C1[2], C2[2])
+    # the ratio of two independent lognormal scatters of 5%: log sd 0.05·√2
+    half = np.log(spd.sel(stat="q95") / spd.sel(stat="q05")) / 2
+    assert float(half) == pytest.approx(1.645 * 0.05 * np.sqrt(2), rel=0.1)
+    assert float(spd.sel(stat="q50")) == pytest.approx(want, rel=0.01)
+    assert 0.0 < float(true["p_sd_hurts"].sel(k=6, rps=8.0)) < 0.05  # curve: 0 exactly
+    assert float(curve["p_sd_hurts"].sel(k=6, rps=8.0)) == 0.0
+    for name in ("expected_latency", "regret", "k_neutral", "rps_star", "rps_alert"):
+        xr.testing.assert_equal(true[name], curve[name])
+    np.testing.assert_allclose(spd.sel(stat="mean"), want, rtol=1e-12)

@@ -123,7 +123,7 @@ def test_scatter_grows_with_the_queue_share_for_the_capacity_variants(fitted):
     thin.idata = model.idata.isel(chain=[0], draw=[0, 5])
     post = thin.idata.posterior
     pred = thin.predict(model.table, seed=0)
-    scale = thin.scatter(post, pred, model.rows).broadcast_like(pred["latency"])
+    scale = thin.scatter(post, pred, model.rows["rps"]).broadcast_like(pred["latency"])
     if "C3" not in pred:
         np.testing.assert_allclose(scale, post["sigma"].broadcast_like(scale))
         return
@@ -133,6 +133,27 @@ def test_scatter_grows_with_the_queue_share_for_the_capacity_variants(fitted):
         scale, np.sqrt(post["sigma"] ** 2 + (post["sigma_wall"] * share) ** 2).broadcast_like(
             scale))
     assert (scale >= post["sigma"]).all()
+
+
+def test_discrepancy_draws_have_the_scatter_per_element(fitted):
+    """``discrepancy``: one Student-t draw of the likelihood's scatter per posterior draw,
+    part and load, seeded."""
+    model, _ = fitted
+    thin = copy.copy(model)
+    thin.idata = model.idata.isel(chain=[0], draw=[0, 5])
+    pred = thin.predict(model.table.iloc[:3], seed=0)
+    loads = xr.DataArray([1.0, 2.0], dims="rps")
+    d = thin.discrepancy(pred, loads, seed=1)
+    assert set(d.dims) == {"chain", "draw", "obs", "rps"}
+    assert d.sizes == {"chain": 1, "draw": 2, "obs": 3, "rps": 2}
+    assert np.unique(d.values).size == d.size  # independent draws, not one per posterior draw
+    xr.testing.assert_equal(d, thin.discrepancy(pred, loads, seed=1))
+    assert not d.equals(thin.discrepancy(pred, loads, seed=2))
+    # shared along the loads: one t per curve, times each load's own scale
+    t = thin.discrepancy(pred, loads, seed=1, shared=["rps"]) / thin.scatter(
+        thin.idata.posterior, pred, loads)
+    np.testing.assert_allclose(t.isel(rps=0), t.isel(rps=1))
+    assert np.unique(t.isel(rps=0).values).size == t.isel(rps=0).size
 
 
 def test_synchronous_rows_share_an_offset_of_their_own():

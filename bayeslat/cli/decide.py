@@ -212,7 +212,8 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
                           f"{r.p_break_even:.2f}", alert)
         out.print(table)
     out.print("rps, capacity and RPS* in req/s; speedup = latency without SD / with SD, for the "
-              "risk-aware k; regret = expected extra latency of that k over the best k, in the "
+              "risk-aware k, its band and P(hurts) with the scatter of the true latency about "
+              "the fitted curve; regret = expected extra latency of that k over the best k, in the "
               "draws where it keeps up; P(sat) = share of draws in which it is past its "
               f"capacity (neither policy picks a k above {max_saturated:g}); extrapolated = "
               "past the highest measured load; RPS* shown where it exists in most draws; "

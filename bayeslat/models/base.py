@@ -114,6 +114,34 @@ def fast_mode(idata) -> dict | None:
     return {"mode": "NUMBA"} if draws > 200 else None
 
 
+def scatter_draws(scale: xr.DataArray, nu: xr.DataArray, seed, shared=()) -> xr.DataArray:
+    r"""Draws of a latency's log deviation from the model's, ``scale·t_nu``: the likelihood's
+    discrepancy, one independent Student-t draw per element (but along the ``shared`` dims).
+
+    Parameters
+    ----------
+    scale
+        The scale per draw and row (:meth:`LatencyModel.scatter`, with the measurement error
+        added where a measured point is predicted).
+    nu
+        The degrees of freedom per draw (dims a subset of ``scale``'s).
+    seed
+        Seed (anything :func:`numpy.random.default_rng` takes).
+    shared
+        Dims of ``scale`` along which one ``t`` draw is shared (a curve's misfit is smooth in
+        the load: one draw per curve keeps its band smooth, each load's marginal unchanged).
+
+    Returns
+    -------
+    DataArray with ``scale``'s dims. ``exp`` of it has no mean (``t_nu`` has no exponential
+    moments): use the draws for quantiles and probabilities, not for expectations.
+    """
+    scale, nu = xr.broadcast(scale, nu)
+    nu = nu.isel({dim: [0] for dim in shared})
+    t = np.random.default_rng(seed).standard_t(nu.transpose(*scale.dims).values)
+    return scale * t
+
+
 def unit_index(labels: pd.Series, known: pd.Index) -> tuple[np.ndarray, pd.Index]:
     """Index of each label among ``known``; labels not there get ``len(known) + j`` in order of
     first appearance. Returns the indices and the new labels."""
@@ -229,16 +257,31 @@ class LatencyModel:
             var = var + (wall * share) ** 2
         return pt.sqrt(var)
 
-    def scatter(self, posterior: xr.Dataset, parts: xr.Dataset, rows: pd.DataFrame):
-        """The likelihood's scale without the measurement error, per draw and row of
-        ``rows``, from predicted ``parts`` (dims ``chain, draw, obs``): ``sigma``, and, with the
-        compute wall, ``sqrt(sigma² + (sigma_wall·w)²)`` (:meth:`likelihood_scale`)."""
+    def scatter(self, posterior: xr.Dataset, parts, rps):
+        """The likelihood's scale without the measurement error, per draw and row, from
+        predicted ``parts`` (dims ``chain, draw`` or ``sample``, and the rows'): ``sigma``,
+        and, with the compute wall, ``sqrt(sigma² + (sigma_wall·w)²)``
+        (:meth:`likelihood_scale`) at the loads ``rps`` (req/s; an array along ``obs`` or a
+        DataArray with dims of its own)."""
         sigma = posterior["sigma"]
         if "C3" not in parts:
             return sigma
-        share = theory.queue_share(xr.DataArray(rows["rps"].to_numpy(float), dims="obs"),
-                                   parts["C1"], parts["C2"], parts["C3"], parts["Q"])
+        if not isinstance(rps, xr.DataArray):
+            rps = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
+        share = theory.queue_share(rps, parts["C1"], parts["C2"], parts["C3"], parts["Q"])
         return np.sqrt(sigma**2 + (posterior["sigma_wall"] * share) ** 2)
+
+    def discrepancy(self, parts, rps, seed, shared=()) -> xr.DataArray:
+        """Draws of the log of the true latency over the model's (:func:`scatter_draws` of
+        :meth:`scatter`: the likelihood's discrepancy, without the measurement error), one per
+        posterior draw, element of the predicted ``parts`` and load ``rps`` (:meth:`scatter`),
+        but one along the ``shared`` dims."""
+        post = self.idata.posterior
+        if not isinstance(rps, xr.DataArray):
+            rps = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
+        scale = xr.broadcast(self.scatter(post, parts, rps), rps,
+                             *(parts[name] for name in self.parts))[0]
+        return scatter_draws(scale, post["nu"], seed, shared)
 
     @staticmethod
     def protocol_shift(posterior: xr.Dataset, rows: pd.DataFrame):

@@ -76,9 +76,12 @@ class Inputs:
         rows = pd.concat([table, grid], ignore_index=True)
         pred = self.thin.predict(rows, seed=self.seed)
         post = self.thin.idata.posterior
-        scatter = self.thin.scatter(post, pred, rows)
-        measured = pred["latency"] * np.exp(self.thin.protocol_shift(post, rows))
-        pred = pred.assign(latency_pp=predictive(measured, scatter, self.thin.idata, self.seed))
+        # the measured latency's predictive: the model's, moved by the protocol's offset,
+        # times the likelihood's discrepancy (the measurement error left out)
+        scatter = self.thin.discrepancy(pred, rows["rps"], self.seed)
+        with np.errstate(over="ignore"):  # a far Student-t draw: an infinite latency
+            pp = pred["latency"] * np.exp(self.thin.protocol_shift(post, rows) + scatter)
+        pred = pred.assign(latency_pp=pp.transpose(*pred["latency"].dims))
         n = len(table)
         self.fitted = pred.isel(obs=slice(0, n))
         self.curves = pred.isel(obs=slice(n, None))
@@ -181,16 +184,4 @@ def curve_rows(table: pd.DataFrame) -> pd.DataFrame:
                                                     strategy="constant")
            for _, row in first.iterrows()]
     return pd.concat(out, ignore_index=True).drop(columns="group")
-
-
-def predictive(latency: xr.DataArray, scatter: xr.DataArray, idata, seed: int) -> xr.DataArray:
-    """Posterior predictive draws of a measured mean latency: the model's latency times the
-    Student-t scatter of the likelihood, ``exp(s·t_nu)``, ``s`` the likelihood's scale without
-    the measurement error (:meth:`~bayeslat.models.base.LatencyModel.scatter`)."""
-    post = idata.posterior
-    rng = np.random.default_rng(seed)
-    t = rng.standard_t(post["nu"].values[..., None], size=latency.shape)
-    s = scatter.broadcast_like(latency).transpose(*latency.dims).values
-    with np.errstate(over="ignore"):  # a far Student-t draw: an infinite latency
-        return latency * np.exp(s * t)
 
