@@ -24,6 +24,7 @@ from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.models import DEFAULT, get
 from bayeslat.models.base import FORMAT, fast_mode, prepare
+from bayeslat.models.summary import NU_GAUSSIAN, summarise
 from bayeslat.scaling import ScalingConfig
 
 SAMPLERS = ("nutpie", "pymc", "numpyro")
@@ -73,13 +74,17 @@ def _jitter_vars(model):
 
 def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed: int = 0,
            sampler: str = "nutpie", progressbar: bool = True, cores: int | None = None,
-           target_accept: float = TARGET_ACCEPT):
+           target_accept: float = TARGET_ACCEPT, exact: bool = False):
     """Sample the posterior of ``model`` (a :class:`~bayeslat.models.base.LatencyModel`).
 
     The start is checked first (finite log density, :meth:`LatencyModel.check_start`). The
     pointwise log-likelihood is added for PSIS-LOO, and the sampler settings go into the
     posterior's attrs. ``target_accept`` above the default takes smaller steps, for posteriors
-    whose tails (a few groups' spread) diverge at the default. Sets and returns ``model.idata``.
+    whose tails (a few groups' spread) diverge at the default. Variants with the paper's curve
+    sample the fast likelihood of curve summaries (:mod:`bayeslat.models.summary`; ``nu``
+    then fixed at its stage-1 value and stored as a constant) unless ``exact`` or the
+    scatter is heavy-tailed; the attr ``sampler`` says which and why. The pointwise
+    log-likelihood is the exact one either way. Sets and returns ``model.idata``.
     """
     import pymc as pm
     import pytensor
@@ -88,14 +93,19 @@ def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed:
         raise FitError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
     backend = _optional(sampler, sampler) if sampler != "pymc" else None
     clock = time.perf_counter()
-    pm_model = model.build()
+    summary = None if exact or not model.summarises else summarise(model.rows)
+    likelihood = _likelihood_note(summary, exact, model)
+    if summary is not None and not summary.gaussian:
+        summary = None
+    pm_model = model.build(summary=summary)
     model.check_start(pm_model)
     cores = cores or min(chains, os.cpu_count() or 1)
     timing = {}
+    start = model.initial_values(pm_model)
     if sampler == "nutpie":
         # freeze_model: data become constants, so what depends only on them is folded away
         compiled = backend.compile_pymc_model(
-            pm_model, initial_points=model.initial_values(), jitter_rvs=_jitter_vars(pm_model),
+            pm_model, initial_points=start, jitter_rvs=_jitter_vars(pm_model),
             freeze_model=True)
         timing["compile_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
@@ -113,18 +123,56 @@ def sample(model, *, draws: int = 1000, tune: int = 1000, chains: int = 4, seed:
             # the moe model's log density (one Add of more than 32 terms); numba can
             kwargs["compile_kwargs"] = {"mode": "NUMBA"}
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed,
-                          init="adapt_diag", initvals=model.initial_values(),
-                          progressbar=progressbar, model=pm_model,
-                          compute_convergence_checks=False, target_accept=target_accept,
-                          **kwargs)
+                          init="adapt_diag", initvals=start, progressbar=progressbar,
+                          model=pm_model, compute_convergence_checks=False,
+                          target_accept=target_accept, **kwargs)
     timing["sample_s"] = time.perf_counter() - clock
+    if summary is not None:
+        # the exact model's nu, fixed: a constant in every draw, so that the predictive
+        # checks and the pointwise log-likelihood read the posterior as an exact fit's
+        nu = xr.full_like(idata.posterior["sigma"], summary.nu)
+        idata.posterior["nu"], idata.posterior["nu_excess"] = nu, nu - 2.0
+        pm_model = model.build()
+        # the data groups of the exact model (PyMC's sampler kept the summary model's)
+        for group in ("observed_data", "constant_data"):
+            if group in idata.groups():
+                delattr(idata, group)
     _complete(idata, pm_model)
     idata.posterior.attrs["sampler"] = json.dumps(
         {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains, "seed": seed,
-         "target_accept": target_accept}
+         "target_accept": target_accept} | likelihood
         | {k: round(v, 2) for k, v in timing.items()})
     model.idata = idata
     return idata
+
+
+def _likelihood_note(summary, exact: bool, model) -> dict:
+    """Which likelihood a fit samples, and why, for the sampler attrs and ``bayeslat fit``."""
+    if summary is None:
+        why = ("asked for with --exact" if exact else
+               f"the {model.variant} model's curve is not the paper's two coefficients")
+        return {"likelihood": "exact", "why": why}
+    if not len(summary.curve):
+        return {"likelihood": "exact", "why": "no curve has the loads to summarise"}
+    stage1 = {"summary_sigma": round(summary.sigma, 5), "summary_nu": round(summary.nu, 2)}
+    if not summary.gaussian:
+        return {"likelihood": "exact", "why": f"the scatter is heavy-tailed, stage-1 nu "
+                f"{summary.nu:.3g} < {NU_GAUSSIAN:g}: curve summaries would misplace the "
+                "shared coefficients"} | stage1
+    return {"likelihood": "summary", "exact_rows": int(len(summary.exact)),
+            "summarised_curves": int(len(summary.curve))} | stage1
+
+
+def likelihood_line(idata) -> str:
+    """One line on the likelihood a fit sampled and the time it took (compile, sampling)."""
+    info = json.loads(idata.posterior.attrs.get("sampler", "{}"))
+    times = ", ".join(f"{name} {info[key]:.1f} s" for name, key in (
+        ("compile", "compile_s"), ("sampling", "sample_s")) if key in info)
+    times = f"; {times}" if times else ""
+    if info.get("likelihood") == "summary":
+        return (f"likelihood: {info['summarised_curves']} curve summaries and "
+                f"{info['exact_rows']} exact rows (stage-1 nu {info['summary_nu']:.3g}){times}")
+    return f"likelihood: every row ({info.get('why', 'exact')}){times}"
 
 
 def _optional(module: str, extra: str):
@@ -221,6 +269,29 @@ def headline(model, seed: int = 0) -> pd.DataFrame:
     })
 
 
+def agreement(model, reference, seed: int = 0) -> pd.DataFrame:
+    """How close a fit's posterior is to a reference fit's of the same data, per measured
+    configuration: for ``C1``, ``C2`` (at zero load) and, per SD configuration, the zero-load
+    speedup and RPS* (:func:`headline`), ``z``, the distance of the medians in the
+    reference's posterior sd (its 90% interval over 3.29), and ``width``, the ratio of the 90%
+    intervals. The check of the curve summaries against the exact likelihood."""
+    rows = reference.table.drop_duplicates(list(schema.CONFIG_COLUMNS)).assign(rps=0.0)
+    out = {}
+    for name, m in (("model", model), ("reference", reference)):
+        pred = m.predict(rows, seed=seed)
+        q = {part: pd.DataFrame(pred[part].quantile([0.05, 0.5, 0.95], ("chain", "draw")).values.T,
+                                index=schema.config_labels(rows).to_numpy(),
+                                columns=["lo", "mid", "hi"]) for part in ("C1", "C2")}
+        head = headline(m, seed).set_index("config")
+        for stat, col in (("speedup0", "speedup0"), ("rps_star", "rps_star")):
+            q[stat] = head[[f"{col}_lo", col, f"{col}_hi"]].set_axis(["lo", "mid", "hi"], axis=1)
+        out[name] = pd.concat(q, names=["quantity", "config"])
+    a, b = out["model"], out["reference"].reindex(out["model"].index)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pd.DataFrame({"z": (a["mid"] - b["mid"]).abs() / ((b["hi"] - b["lo"]) / 3.29),
+                             "width": (a["hi"] - a["lo"]) / (b["hi"] - b["lo"])})
+
+
 def full_coefficients(pred: xr.Dataset):
     """``(C1, C2)`` draws from predicted parts; for ``moe``, at full coverage (``phi = 1``)."""
     if "C1" in pred:
@@ -312,7 +383,7 @@ def run(data: str | os.PathLike | None = None, variant: str = DEFAULT, *,
         output: str | os.PathLike | None = None, config: str | os.PathLike | None = None,
         draws: int = 1000, tune: int = 1000, chains: int = 4, seed: int = 0,
         sampler: str = "nutpie", overwrite: bool = False, progressbar: bool = True,
-        status=None) -> FitResult:
+        status=None, exact: bool = False) -> FitResult:
     """Fit ``variant`` to the sweep table ``data`` and write the fit to ``output``.
 
     Parameters
@@ -326,6 +397,8 @@ def run(data: str | os.PathLike | None = None, variant: str = DEFAULT, *,
         A TOML or JSON file overriding the scaling design and priors.
     status
         Optional callable taking a one-line message about the current phase.
+    exact
+        Sample every row's likelihood, not the curve summaries (:func:`sample`).
     """
     say = status or (lambda message: None)
     data = Path(data) if data is not None else EXAMPLE
@@ -342,7 +415,7 @@ def run(data: str | os.PathLike | None = None, variant: str = DEFAULT, *,
     say(f"building and compiling the {variant} model ({len(model.rows)} rows)")
     start = time.perf_counter()
     idata = sample(model, draws=draws, tune=tune, chains=chains, seed=seed, sampler=sampler,
-                   progressbar=progressbar)
+                   progressbar=progressbar, exact=exact)
     diag = diagnostics(idata, time.perf_counter() - start)
     # stored with the fit, so that decide and report can refuse an unconverged one
     idata.posterior.attrs[_DIAGNOSTICS_ATTR] = _diagnostics_json(diag)

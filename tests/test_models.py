@@ -260,7 +260,7 @@ def test_start_check_works_without_a_c_compiler(variant):
 def test_start_check_names_the_term_that_is_not_finite(monkeypatch):
     model = get("hierarchical")(table("hierarchical"))
     start = model.initial_values()
-    monkeypatch.setattr(model, "initial_values", lambda: start | {"sigma": 0.0})
+    monkeypatch.setattr(model, "initial_values", lambda pm_model=None: start | {"sigma": 0.0})
     with pytest.raises(NumericalError, match="sigma"):
         model.check_start(model.build())
 

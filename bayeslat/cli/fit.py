@@ -35,6 +35,10 @@ def command(
                                 help="Exit non-zero if the fit did not converge."),
     config: Path | None = typer.Option(None, "--config",
                                        help="TOML or JSON file overriding scaling and priors."),
+    exact: bool = typer.Option(False, "--exact",
+                               help="Sample the likelihood of every row, not the curve "
+                               "summaries (which the paper's variants use where the scatter "
+                               "is near Gaussian)."),
 ) -> None:
     """Fit a Bayesian latency model and print diagnostics, its adequacy and a headline per
     configuration.
@@ -51,11 +55,12 @@ def command(
     with console.status("fitting") as status:
         result = fit.run(data, model, output=output, config=config, draws=draws, tune=tune,
                          chains=chains, seed=seed, sampler=sampler, overwrite=overwrite,
-                         progressbar=True, status=lambda msg: status.update(msg))
+                         progressbar=True, status=lambda msg: status.update(msg), exact=exact)
         status.update("checking the fit against its data")
         check = adequacy.check(result.model, seed=seed)
     diag = result.diagnostics
     console.print(_diagnostics_table(diag, len(result.model.rows), len(result.model.excluded)))
+    console.print(escape(fit.likelihood_line(result.model.idata)), highlight=False)
     console.print(_adequacy_table(check))
     console.print(_worst_table(check.worst(WORST_ROWS)))
     for message in check.warnings:

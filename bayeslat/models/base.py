@@ -21,6 +21,11 @@ this likelihood and listed in :attr:`LatencyModel.excluded`; the throughput benc
 are the measured ceilings (:attr:`LatencyModel.ceilings`), which the variants that model the
 capacity (``capacity``, ``dense-capacity``) fit as data of their own.
 
+The paper's variants fit, where the scatter is near Gaussian, each configuration's curve
+summarised in a few sufficient statistics instead of its rows (:mod:`bayeslat.models.summary`,
+:meth:`LatencyModel.summary_likelihood`): the same posterior, at a cost that grows with the
+curves.
+
 Every input goes through ``pm.Data`` (dims ``obs``, or ``curve`` for those of a configuration);
 :meth:`LatencyModel.predict` rebuilds the model on new rows and draws their coefficients from
 the posterior with ``pm.sample_posterior_predictive``, so a loaded fit predicts at new loads,
@@ -334,10 +339,18 @@ class LatencyModel:
         return {"alpha": curves["alpha0"].to_numpy(float), "k": curves["k"].to_numpy(float),
                 "decode_tokens": curves["decode_tokens"].to_numpy(float)}
 
-    def build(self, rows: pd.DataFrame | None = None):
+    @property
+    def summarises(self) -> bool:
+        """Whether the fast likelihood (:mod:`bayeslat.models.summary`) applies: the variants
+        whose curve is the paper's, ``C1`` and ``C2`` per configuration."""
+        return tuple(self.parts) == ("C1", "C2")
+
+    def build(self, rows: pd.DataFrame | None = None, summary=None):
         """The PyMC model: with ``rows`` None, the fitting model (with the likelihood); else
         the prediction model for ``rows`` (prepared by :func:`prepare`), whose per-row parts are
-        Deterministics.
+        Deterministics. With a ``summary`` (:func:`bayeslat.models.summary.summarise` of
+        :attr:`rows`), the fitting model's likelihood is the curves' summaries
+        (:meth:`summary_likelihood`) instead of every row's.
 
         The coefficients are computed once per latency curve (dim ``curve``: one configuration,
         all its rates), then gathered to the observations (dim ``obs``): nine times fewer
@@ -362,6 +375,9 @@ class LatencyModel:
                 for name in self.parts:
                     pm.Deterministic(name, parts[name], dims="obs")
                 return model
+            if summary is not None:
+                self.summary_likelihood(summary, parts, data)
+                return model
             idx = pm.Data("curve_idx", pd.Index(curves["config"]).get_indexer(rows["config"]),
                           dims="obs")
             at_obs = {name: value[idx] for name, value in data.items()}
@@ -383,18 +399,48 @@ class LatencyModel:
                         observed=observed, dims="obs")
         return model
 
-    def initial_values(self) -> dict[str, np.ndarray]:
-        """The feasible start of every free variable (constrained values)."""
+    def summary_likelihood(self, summary, parts: dict, data: dict) -> None:
+        """The fast likelihood (:mod:`bayeslat.models.summary`): each summarised curve's
+        sufficient statistics, and the Student-t of the rows kept exact (synchronous rows,
+        curves with too few loads) with ``nu`` fixed at the summary's; ``sigma`` and
+        ``sync_shift`` sampled as in the exact model."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        sigma = pm.HalfNormal("sigma", sigma=self.config.prior("sigma_scale"))
+        pm.Potential("curve_summaries", summary.log_likelihood(parts["C1"], parts["C2"], sigma))
+        if not len(summary.exact):
+            return
+        rows = self.rows.iloc[summary.exact]
+        idx = pd.Index(pd.unique(self.rows["config"])).get_indexer(rows["config"])
+        at_rows = {name: value[idx] for name, value in data.items()}
+        at_rows["rps"] = rows["rps"].to_numpy(float)
+        mu = self.log_mean({name: value[idx] for name, value in parts.items()}, at_rows)
+        sync = (rows["strategy"] == "synchronous").to_numpy(float)
+        if sync.any():
+            mu = mu + pm.Normal("sync_shift", 0.0, self.config.prior("sync_shift_sd")) * sync
+        scale = pt.sqrt(sigma**2 + rows["se_rel"].to_numpy(float) ** 2)
+        logp = pm.logp(pm.StudentT.dist(nu=summary.nu, mu=mu, sigma=scale),
+                       rows["log_latency"].to_numpy(float))
+        pm.Potential("exact_rows", logp.sum())
+
+    def initial_values(self, model=None) -> dict[str, np.ndarray]:
+        """The feasible start of every free variable (constrained values); of the free
+        variables of the PyMC ``model`` only, when given (the fast likelihood has no ``nu``)."""
         extra = {"sigma_ceiling": 0.05} if self.fits_ceilings and not self.ceilings.empty else {}
         if "C3" in self.parts:
             extra["sigma_wall"] = 0.05
-        return self.start() | {"sigma": 0.05, "nu_excess": 8.0} | extra
+        out = self.start() | {"sigma": 0.05, "nu_excess": 8.0} | extra
+        if model is None:
+            return out
+        free = {rv.name for rv in model.free_RVs}
+        return {name: value for name, value in out.items() if name in free}
 
     def check_start(self, model) -> float:
         """The log density at the start; raise :class:`NumericalError` if it is not finite."""
         from pymc.initial_point import make_initial_point_fn
 
-        point = make_initial_point_fn(model=model, overrides=self.initial_values(),
+        point = make_initial_point_fn(model=model, overrides=self.initial_values(model),
                                       jitter_rvs=set(), return_transformed=True)(0)
         # one term per variable: no single Add of them all, which PyTensor's Python mode (no C
         # compiler) cannot build past 32 inputs
