@@ -15,7 +15,7 @@ import bayeslat
 from bayeslat import fit, theory
 from bayeslat.errors import FitError, NumericalError
 from bayeslat.models import VARIANTS, get
-from bayeslat.models.base import BARRIER_WIDTH, log_headroom
+from bayeslat.models.base import BARRIER_WIDTH, log_headroom, psis_loo
 from bayeslat.models.start import MAX_LOAD
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
@@ -199,6 +199,25 @@ def test_save_load_round_trip_predicts_the_same(fitted):
     assert a["latency"].dims == ("chain", "draw", "obs") and a.sizes["obs"] == 3
     np.testing.assert_array_equal(a["latency"], b["latency"])
     assert list(a["rps"].values) == [0.0, 0.5, 1.0]
+
+
+def test_saved_fit_keeps_its_psis_loo_not_its_log_likelihood(fitted):
+    """The file stores the pointwise elpd and Pareto k (one value per row) in place of the
+    log-likelihood (one per draw and row); the PSIS-LOO read back is the one computed."""
+    model, path = fitted
+    loaded = bayeslat.load(path)
+    assert "log_likelihood" not in loaded.idata.groups()
+    assert "log_likelihood" in model.idata.groups()  # the fit in memory keeps it
+    a, b = psis_loo(model.idata), psis_loo(loaded.idata)
+    assert b.elpd_loo == pytest.approx(a.elpd_loo) and b.n_samples == a.n_samples
+    np.testing.assert_allclose(b.loo_i, a.loo_i)
+    np.testing.assert_allclose(b.pareto_k, a.pareto_k)
+    assert b.loo_i.sizes["obs"] == len(model.rows)
+    unfitted = copy.copy(loaded)
+    unfitted.idata = loaded.idata.copy()
+    del unfitted.idata.psis_loo
+    with pytest.raises(FitError, match="refit"):
+        psis_loo(unfitted.idata)
 
 
 def test_save_refuses_to_overwrite(fitted):

@@ -53,6 +53,8 @@ from bayeslat.scaling import ScalingConfig
 FORMAT = 3
 # Headroom (1 − rps·C2) around which the barrier takes over from the exact formula.
 BARRIER_WIDTH = 0.002
+# The group of a saved fit that holds its PSIS-LOO (psis_loo).
+LOO_GROUP = "psis_loo"
 # Columns a table of new rows needs for predict (moe columns default to 0: dense).
 PREDICT_COLUMNS = schema.GROUP_COLUMNS + ("verifier_params_b", "method", "drafter",
                                           "drafter_params_b", "alpha", "k", "rps")
@@ -145,6 +147,42 @@ def scatter_draws(scale: xr.DataArray, nu: xr.DataArray, seed, shared=()) -> xr.
     nu = nu.isel({dim: [0] for dim in shared})
     t = np.random.default_rng(seed).standard_t(nu.transpose(*scale.dims).values)
     return scale * t
+
+
+def psis_loo(idata):
+    """PSIS-LOO of a fit's latency rows (ArviZ ``ELPDData``, pointwise): from its pointwise
+    log-likelihood where the fit holds it (in memory after sampling), else from the
+    ``psis_loo`` group :meth:`LatencyModel.save` wrote (the pointwise elpd and Pareto k; the
+    log-likelihood itself, a value per draw and row, would be most of the file)."""
+    import warnings
+
+    import arviz as az
+    from arviz.stats.stats_utils import ELPDData
+
+    if "log_likelihood" in idata.groups():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ArviZ warns on high Pareto k; callers show them
+            return az.loo(idata, pointwise=True)
+    if LOO_GROUP not in idata.groups():
+        raise FitError("the fit holds neither its log-likelihood nor its PSIS-LOO; refit it "
+                       "with this version")
+    ds = getattr(idata, LOO_GROUP)
+    a = ds.attrs
+    return ELPDData(data=[float(a["elpd_loo"]), float(a["se"]), float(a["p_loo"]),
+                          int(a["n_samples"]), int(a["n_data_points"]), bool(a["warning"]),
+                          ds["loo_i"], ds["pareto_k"], str(a["scale"]), float(a["good_k"])],
+                    index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning",
+                           "loo_i", "pareto_k", "scale", "good_k"])
+
+
+def _loo_group(idata) -> xr.Dataset:
+    """What :func:`psis_loo` needs of a fit, as a Dataset to store in its place."""
+    loo = psis_loo(idata)
+    return xr.Dataset({"loo_i": loo.loo_i, "pareto_k": loo.pareto_k}, attrs={
+        "elpd_loo": float(loo.elpd_loo), "se": float(loo.se), "p_loo": float(loo.p_loo),
+        "n_samples": int(loo.n_samples), "n_data_points": int(loo.n_data_points),
+        "warning": int(bool(loo.warning)), "scale": str(loo.scale),
+        "good_k": float(loo.good_k)})
 
 
 def unit_index(labels: pd.Series, known: pd.Index) -> tuple[np.ndarray, pd.Index]:
@@ -472,13 +510,19 @@ class LatencyModel:
         return {}
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write the fit as one netCDF file (atomically; refuses to overwrite unless told to)."""
+        """Write the fit as one netCDF file (atomically; refuses to overwrite unless told to).
+        The pointwise log-likelihood is stored as its PSIS-LOO (:func:`psis_loo`)."""
         if self.idata is None:
             raise FitError("the model is not fitted; call fit() before save()")
         idata = self.idata.copy()
+        if "log_likelihood" in idata.groups():
+            idata.add_groups({LOO_GROUP: _loo_group(idata)}, warn_on_custom_groups=False)
+            del idata.log_likelihood
         idata.posterior.attrs.update(self.attrs())
         # the whole table, saturated rows too: the model rebuilt from it finds its ceilings
         fit_data = xr.Dataset.from_dataframe(self.source.rename_axis("row"))
+        if "fit_data" in idata.groups():  # a loaded fit, saved again
+            del idata.fit_data
         idata.add_groups({"fit_data": fit_data}, warn_on_custom_groups=False)
         with atomic_output(path, overwrite=overwrite) as tmp:
             idata.to_netcdf(str(tmp), engine="h5netcdf")

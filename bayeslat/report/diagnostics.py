@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 from bayeslat import fit
+from bayeslat.errors import FitError
+from bayeslat.models.base import psis_loo
 from bayeslat.report import page
 
 # Parameters listed in the table of the least converged ones.
@@ -85,20 +87,12 @@ def energy_figure(idata):
     return fig
 
 
-def _loo(idata):
-    import arviz as az
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ArviZ warns on high Pareto k; the table shows them
-        return az.loo(idata, pointwise=True)
-
-
 def loo_table(models: dict) -> pd.DataFrame:
     rows = []
     for name, model in models.items():
         try:
-            loo = _loo(model.idata)
-        except (TypeError, ValueError, KeyError) as exc:
+            loo = psis_loo(model.idata)
+        except (TypeError, ValueError, KeyError, FitError) as exc:
             rows.append({"model": name, "elpd_loo": np.nan, "se": np.nan, "p_loo": np.nan,
                          "points with k > 0.7": f"not available ({exc})"})
             continue
@@ -113,8 +107,8 @@ def compare(models: dict) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            table = az.compare({name: m.idata for name, m in models.items()})
-    except (TypeError, ValueError, KeyError) as exc:
+            table = az.compare({name: psis_loo(m.idata) for name, m in models.items()})
+    except (TypeError, ValueError, KeyError, FitError) as exc:
         return page.text(f"The fits cannot be compared ({exc}): PSIS-LOO compares fits of "
                          "the same observations; fit every variant to the same sweep table.",
                          "warn")
