@@ -443,7 +443,6 @@ class LatencyModel:
         curves with too few loads) with ``nu`` fixed at the summary's; ``sigma`` and
         ``sync_shift`` sampled as in the exact model."""
         import pymc as pm
-        import pytensor.tensor as pt
 
         sigma = pm.HalfNormal("sigma", sigma=self.config.prior("sigma_scale"))
         pm.Potential("curve_summaries", summary.log_likelihood(parts["C1"], parts["C2"], sigma))
@@ -453,11 +452,12 @@ class LatencyModel:
         idx = pd.Index(pd.unique(self.rows["config"])).get_indexer(rows["config"])
         at_rows = {name: value[idx] for name, value in data.items()}
         at_rows["rps"] = rows["rps"].to_numpy(float)
-        mu = self.log_mean({name: value[idx] for name, value in parts.items()}, at_rows)
+        parts_rows = {name: value[idx] for name, value in parts.items()}
+        mu = self.log_mean(parts_rows, at_rows)
         sync = (rows["strategy"] == "synchronous").to_numpy(float)
         if sync.any():
             mu = mu + pm.Normal("sync_shift", 0.0, self.config.prior("sync_shift_sd")) * sync
-        scale = pt.sqrt(sigma**2 + rows["se_rel"].to_numpy(float) ** 2)
+        scale = self.likelihood_scale(sigma, rows["se_rel"].to_numpy(float), parts_rows, at_rows)
         logp = pm.logp(pm.StudentT.dist(nu=summary.nu, mu=mu, sigma=scale),
                        rows["log_latency"].to_numpy(float))
         pm.Potential("exact_rows", logp.sum())
