@@ -16,6 +16,9 @@ on a 2-core machine, and agreement for >= 95% of configurations.
 
     .venv/bin/python benchmarks/fit_hierarchical.py [--data paper|example]
         [--likelihood summary,exact] [--draws N] [--tune N] [--chains N]
+
+``--draws`` and ``--chains`` default to what ``bayeslat fit`` does: chains for the machine,
+drawing until the convergence bar holds (:func:`bayeslat.fit.sample`).
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", choices=("paper", "example"), default="paper")
     parser.add_argument("--likelihood", default="summary,exact")
-    parser.add_argument("--draws", type=int, default=500)
-    parser.add_argument("--tune", type=int, default=500)
-    parser.add_argument("--chains", type=int, default=2)
+    # default: what bayeslat fit does (draws until the bar holds, chains for the machine)
+    parser.add_argument("--draws", type=int, default=None)
+    parser.add_argument("--tune", type=int, default=fit.TUNE)
+    parser.add_argument("--chains", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     quiet_pymc()
@@ -71,19 +75,19 @@ def main() -> None:
         model = HierarchicalModel(table)
         fit.sample(model, draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed,
                    sampler="nutpie", progressbar=False, exact=likelihood == "exact")
-        describe(model, time.perf_counter() - clock, args)
+        describe(model, time.perf_counter() - clock)
         fits[likelihood] = model
     if len(fits) == 2:
         agreement(*fits.values())
 
 
-def describe(model, wall: float, args) -> None:
+def describe(model, wall: float) -> None:
     """Print a fit's time, convergence and how hard its posterior is to sample."""
     idata = model.idata
     diag = fit.diagnostics(idata, wall)
     timing = json.loads(idata.posterior.attrs["sampler"])
-    print(f"hierarchical fit (nutpie, {args.chains} chains x {args.tune} tune + {args.draws} "
-          f"draws), {fit.likelihood_line(idata)}: wall {wall:.1f} s")
+    print(f"hierarchical fit, {fit.sampler_line(idata)}")
+    print(f"{fit.likelihood_line(idata)}: wall {wall:.1f} s")
     print(f"max R-hat {diag.max_rhat:.3f}, min bulk ESS {diag.min_ess_bulk:.0f}, "
           f"min tail ESS {diag.min_ess_tail:.0f}, divergences {diag.divergences}, "
           f"ESS/s {diag.min_ess_bulk / wall:.1f} (min bulk ESS over wall time)")
@@ -95,10 +99,11 @@ def describe(model, wall: float, args) -> None:
     # (benchmarks/logp_floor.py) this bounds the sampling time from below
     grads = float(stats["n_steps"].sum())
     per_draw = grads / scalars[0][0]
+    parallel = min(timing["chains"], timing["cores"])  # chains running at once
     print(f"gradient evaluations after tuning: {grads:.0f}, {per_draw:.0f} per effective draw "
           f"of the slowest variable, {per_draw * fit.MIN_ESS:.0f} for a bulk ESS of "
-          f"{fit.MIN_ESS}; per evaluation {timing['sample_s'] / grads * args.chains * 1e6:.0f} "
-          "µs (chains in parallel)")
+          f"{fit.MIN_ESS}; per evaluation {timing['sample_s'] / grads * parallel * 1e6:.0f} "
+          "µs (the sampling time, tuning included, over the evaluations after tuning)")
     print("slowest mixing:", ", ".join(f"{name} (bulk ESS {ess:.0f}, R-hat {rhat:.3f})"
                                        for ess, rhat, name in scalars[:3]))
     ess, rhat, name = max(scalars, key=lambda s: s[1])

@@ -23,9 +23,13 @@ def command(
     model: str = typer.Option("hierarchical", "--model",
                               help="Variant: dense, speculative, hierarchical, moe, or with the "
                               "compute wall capacity or dense-capacity."),
-    draws: int = typer.Option(1000, "--draws", min=1, help="Draws per chain after tuning."),
-    tune: int = typer.Option(1000, "--tune", min=0, help="Tuning steps per chain."),
-    chains: int = typer.Option(4, "--chains", min=1, help="Chains."),
+    draws: int | None = typer.Option(None, "--draws", min=1, show_default=False,
+                                     help="Draws per chain after tuning [default: until the "
+                                     "convergence bar holds, checked as sampling goes, at most "
+                                     "2000; 1000 with --sampler pymc or numpyro]."),
+    tune: int = typer.Option(500, "--tune", min=0, help="Tuning steps per chain."),
+    chains: int | None = typer.Option(None, "--chains", min=1, show_default=False,
+                                      help="Chains [default: one per core, 2 to 8]."),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     sampler: str = typer.Option("nutpie", "--sampler", help="nutpie, pymc or numpyro."),
     output: Path | None = typer.Option(None, "-o", "--output",
@@ -43,7 +47,9 @@ def command(
     """Fit a Bayesian latency model and print diagnostics, its adequacy and a headline per
     configuration.
 
-    Convergence needs max R-hat <= 1.01, bulk and tail ESS >= 400 and no divergences. Adequacy:
+    Convergence needs max R-hat <= 1.01, bulk and tail ESS >= 400 and no divergences; by
+    default the sampler draws until it holds (with ESS >= 500, for the estimate's own noise)
+    and stops there. Adequacy:
     how many measured points lie inside their posterior predictive intervals (overall and at
     each configuration's top loads), and the model capacity against the measured ceilings.
     """
@@ -60,6 +66,7 @@ def command(
         check = adequacy.check(result.model, seed=seed)
     diag = result.diagnostics
     console.print(_diagnostics_table(diag, len(result.model.rows), len(result.model.excluded)))
+    console.print(escape(fit.sampler_line(result.model.idata)), highlight=False)
     console.print(escape(fit.likelihood_line(result.model.idata)), highlight=False)
     console.print(_adequacy_table(check))
     console.print(_worst_table(check.worst(WORST_ROWS)))

@@ -1,0 +1,74 @@
+"""The sampler sized to the convergence bar: nutpie draws until the bar holds, checked at fixed
+draw counts so that a seed gives the same trace on any machine."""
+
+import json
+
+import numpy as np
+import nutpie  # an extra, in the dev install
+import pymc as pm
+import pytest
+
+from bayeslat import fit
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    with pm.Model() as model:
+        pm.Normal("x", 0.0, 1.0, shape=3)
+    return nutpie.compile_pymc_model(model)
+
+
+def settings(**kw):
+    return {"draws": 2000, "tune": 200, "chains": 4, "cores": 4, "seed": 3,
+            "progress_bar": False, "save_warmup": False} | kw
+
+
+def test_checkpoints_grow_by_a_quarter_and_end_at_the_most():
+    points = fit.checkpoints(2000)
+    assert points[0] == fit.FIRST_CHECK and points[-1] == 2000
+    steps = np.diff(points[:-1]) / np.array(points[:-2])
+    assert ((steps >= 0.15) & (steps <= 0.35)).all(), points
+    assert fit.checkpoints(60) == [60]
+
+
+def test_sampling_stops_at_the_first_checkpoint_that_meets_the_bar(compiled):
+    trace, draws = fit._sample_to_bar(nutpie, compiled, settings())
+    assert draws in fit.checkpoints(2000) and draws < 2000
+    assert trace.posterior.sizes["draw"] == draws
+    assert np.isfinite(trace.posterior["x"].values).all()
+    diag = fit.diagnostics(trace)
+    assert diag.converged and min(diag.min_ess_bulk, diag.min_ess_tail) >= 500, diag
+    # the first checkpoint did not meet it (4 chains of 100 draws cannot give an ESS of 500)
+    first = fit.diagnostics(trace.isel(draw=slice(0, fit.FIRST_CHECK)))
+    assert min(first.min_ess_bulk, first.min_ess_tail) < 500, first
+    # the same seed, the same trace, whatever the timing
+    again, n = fit._sample_to_bar(nutpie, compiled, settings())
+    assert n == draws
+    np.testing.assert_array_equal(again.posterior["x"].values, trace.posterior["x"].values)
+
+
+def test_sampling_ends_at_the_most_draws_when_the_bar_is_not_met(compiled):
+    # 2 chains of 60 draws cannot give a tail ESS of 500
+    trace, draws = fit._sample_to_bar(nutpie, compiled, settings(draws=60, chains=2, cores=2))
+    assert draws == 60 and trace.posterior.sizes == {"chain": 2, "draw": 60, "x_dim_0": 3}
+
+
+def test_default_chains_are_one_per_core_from_two_to_eight(monkeypatch):
+    for cores, chains in ((1, 2), (2, 2), (6, 6), (64, 8)):
+        monkeypatch.setattr(fit.os, "cpu_count", lambda c=cores: c)
+        assert fit.default_chains() == chains
+
+
+@pytest.mark.parametrize(("info", "says"), [
+    ({"draws": 475, "max_draws": 2000}, "stopped where the bar held"),
+    ({"draws": 2000, "max_draws": 2000}, "the most allowed"),
+    ({"draws": 1000}, "1000 draws each"),
+])
+def test_sampler_line_says_how_many_draws_and_why(info, says):
+    import arviz as az
+
+    idata = az.from_dict(posterior={"a": np.zeros((1, 2))})
+    idata.posterior.attrs["sampler"] = json.dumps(
+        {"sampler": "nutpie", "chains": 4, "tune": 1000, "cores": 2} | info)
+    line = fit.sampler_line(idata)
+    assert says in line and "4 chains on 2 cores" in line, line
