@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import theory
+from bayeslat import mcmc, theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.models import DEFAULT, get
@@ -321,23 +321,20 @@ def _complete(idata, pm_model) -> None:
 
 
 def diagnostics(idata, seconds: float = float("nan")) -> Diagnostics:
-    """Max R-hat, min bulk and tail ESS over every posterior variable, and divergences."""
-    import arviz as az
-
+    """Max R-hat, min bulk and tail ESS over every posterior variable
+    (:mod:`bayeslat.mcmc`, ArviZ's estimators for all variables at once), and
+    divergences."""
     post = idata.posterior
-    chains = post.sizes["chain"]
+    values = mcmc.stack(post)
 
-    def extreme(ds, fn):
-        values = [np.asarray(v) for v in ds.data_vars.values()]
-        flat = np.concatenate([v.ravel() for v in values]) if values else np.array([np.nan])
-        return float(fn(flat)) if np.isfinite(flat).any() else float("nan")
+    def extreme(per_value, fn):
+        return float(fn(per_value)) if np.isfinite(per_value).any() else float("nan")
 
-    rhat = extreme(az.rhat(post), np.nanmax) if chains > 1 else float("nan")
     stats = getattr(idata, "sample_stats", None)
     div = int(stats["diverging"].sum()) if stats is not None and "diverging" in stats else 0
-    return Diagnostics(max_rhat=rhat,
-                       min_ess_bulk=extreme(az.ess(post, method="bulk"), np.nanmin),
-                       min_ess_tail=extreme(az.ess(post, method="tail"), np.nanmin),
+    return Diagnostics(max_rhat=extreme(mcmc.rhat(values), np.nanmax),
+                       min_ess_bulk=extreme(mcmc.ess_bulk(values), np.nanmin),
+                       min_ess_tail=extreme(mcmc.ess_tail(values), np.nanmin),
                        divergences=div, seconds=seconds)
 
 
