@@ -109,7 +109,8 @@ def _sample_to_bar(backend, compiled, settings: dict):
     """nutpie draws until the convergence bar holds: at each of :func:`checkpoints`, once every
     chain has that many draws, the first draws of each chain are checked (max R-hat, min bulk
     and tail ESS with :data:`ESS_MARGIN`, no divergences); sampling stops at the first that
-    passes, or at ``settings["draws"]``. The trace is cut at the checkpoint, not where the
+    passes, at the first with a divergence (which every longer trace keeps, so the bar cannot
+    hold), or at ``settings["draws"]``. The trace is cut at the checkpoint, not where the
     chains happened to be, so a seed gives the same fit however fast the machine. Returns the
     trace and its draws per chain."""
     run = backend.sample(compiled, blocking=False, **settings)
@@ -124,13 +125,21 @@ def _sample_to_bar(backend, compiled, settings: dict):
             head = _drop_unconstrained(trace.isel(draw=slice(0, n)))
             diag = diagnostics(head)
             ess = min(diag.min_ess_bulk, diag.min_ess_tail)
-            if diag.max_rhat <= MAX_RHAT and diag.divergences == 0 and ess >= ESS_MARGIN * MIN_ESS:
+            # divergences stay in every longer trace: the bar can no longer hold
+            if diag.divergences or (diag.max_rhat <= MAX_RHAT and ess >= ESS_MARGIN * MIN_ESS):
                 return head, n
         trace = run.wait()
         return _drop_unconstrained(trace), trace.posterior.sizes["draw"]
     finally:
         if _running(run):
             run.cancel()
+
+
+def _stop_reason(idata) -> str:
+    """Why sampling to the bar stopped where it did: ``divergences``, or ``bar`` (held, or
+    the most draws reached)."""
+    stats = getattr(idata, "sample_stats", None)
+    return "divergences" if stats is not None and bool(stats["diverging"].any()) else "bar"
 
 
 def _running(run) -> bool:
@@ -238,7 +247,8 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
     idata.posterior.attrs["sampler"] = json.dumps(
         {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains, "seed": seed,
          "target_accept": target_accept, "cores": os.cpu_count() or 1}
-        | ({"max_draws": MAX_DRAWS} if to_bar else {}) | likelihood
+        | ({"max_draws": MAX_DRAWS, "stopped": _stop_reason(idata)} if to_bar else {})
+        | likelihood
         | {k: round(v, 2) for k, v in timing.items()})
     model.idata = idata
     return idata
@@ -272,6 +282,10 @@ def sampler_line(idata) -> str:
             f"steps and {info['draws']} draws each")
     if "max_draws" not in info:
         return line
+    if info.get("stopped") == "divergences":
+        return (f"{line}: stopped at the first divergent transitions, which no number of draws "
+                "removes (a funnel: sample the coefficients named in the slowest-mixing "
+                "variables non-centred, 'noncentered' in a --config file, or try another variant)")
     if info["draws"] < info["max_draws"]:
         return (f"{line}: stopped where the bar held (R-hat <= {MAX_RHAT}, ESS >= "
                 f"{ESS_MARGIN * MIN_ESS:.0f}, no divergences; checked from {FIRST_CHECK} draws)")

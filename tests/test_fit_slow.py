@@ -214,3 +214,19 @@ def test_dense_capacity_predicts_each_left_out_rate_of_the_llmd_sweep():
     assert len(out) == 8
     assert out["ape"].mean() <= 0.025, out[["rps", "ape"]]
     assert out["in90"].mean() >= 0.85, out[["rps", "in90"]]
+
+
+def test_validate_predicts_held_out_top_rates_of_model_sampler_data():
+    """Held-out prediction on data from the model itself: each configuration's top rate, left
+    out of the fit, lies inside its 90% predictive interval about 90% of the time."""
+    from bayeslat import validate
+
+    table, _ = sample_sweep(RECOVERY, seed=11)  # the recovery tests' data and settings
+    result = validate.run(table, "hierarchical", ["top-rate"], seed=1, progressbar=False,
+                          config=ScalingConfig(noncentered=("c1p", "c2p", "c2d")),
+                          target_accept=0.95)
+    (fold,) = result.folds.itertuples()
+    assert fold.converged, result.folds.T
+    assert fold.points == schema.config_labels(table).nunique()
+    assert fold.mape < 0.05 and 0.75 <= fold.inside_90 <= 1.0, result.folds.T
+    assert 0.25 <= fold.inside_50 <= 0.75, result.folds.T

@@ -53,6 +53,21 @@ def test_sampling_ends_at_the_most_draws_when_the_bar_is_not_met(compiled):
     assert draws == 60 and trace.posterior.sizes == {"chain": 2, "draw": 60, "x_dim_0": 3}
 
 
+def test_sampling_stops_at_the_first_checkpoint_with_a_divergence():
+    """Divergences stay in every longer trace: sampling stops at the first checkpoint that has
+    one (Neal's funnel diverges within a few hundred draws)."""
+    with pm.Model() as model:
+        v = pm.Normal("v", 0.0, 3.0)
+        pm.Normal("x", 0.0, pm.math.exp(v / 2), shape=9)
+    funnel = nutpie.compile_pymc_model(model)
+    trace, draws = fit._sample_to_bar(nutpie, funnel, settings(chains=2, cores=2))
+    assert draws < 2000 and trace.sample_stats["diverging"].any()
+    earlier = [n for n in fit.checkpoints(2000) if n < draws]
+    if earlier:  # the checkpoint before had none
+        assert not trace.sample_stats["diverging"].isel(draw=slice(0, earlier[-1])).any()
+    assert fit._stop_reason(trace) == "divergences"
+
+
 def test_default_chains_are_one_per_core_from_two_to_eight(monkeypatch):
     for cores, chains in ((1, 2), (2, 2), (6, 6), (64, 8)):
         monkeypatch.setattr(fit.os, "cpu_count", lambda c=cores: c)
@@ -62,6 +77,7 @@ def test_default_chains_are_one_per_core_from_two_to_eight(monkeypatch):
 @pytest.mark.parametrize(("info", "says"), [
     ({"draws": 475, "max_draws": 2000}, "stopped where the bar held"),
     ({"draws": 2000, "max_draws": 2000}, "the most allowed"),
+    ({"draws": 150, "max_draws": 2000, "stopped": "divergences"}, "divergent transitions"),
     ({"draws": 1000}, "1000 draws each"),
 ])
 def test_sampler_line_says_how_many_draws_and_why(info, says):
@@ -72,3 +88,9 @@ def test_sampler_line_says_how_many_draws_and_why(info, says):
         {"sampler": "nutpie", "chains": 4, "tune": 1000, "cores": 2} | info)
     line = fit.sampler_line(idata)
     assert says in line and "4 chains on 2 cores" in line, line
+
+
+def test_the_verbs_tune_as_fit_does():
+    from bayeslat.cli import options
+
+    assert options.TUNE.default == fit.TUNE

@@ -18,7 +18,7 @@ from bayeslat import __version__
 from bayeslat.errors import BayeslatError
 
 # In the order of the data flow; add a verb here and in README.md.
-VERBS = ("simulate", "ingest", "fit", "decide", "theory", "report")
+VERBS = ("simulate", "ingest", "fit", "validate", "decide", "theory", "report")
 
 err_console = Console(stderr=True)
 

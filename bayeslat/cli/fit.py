@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from bayeslat.cli import options
 from bayeslat.cli.options import make_console, quiet_pymc, shows_rps_star
 from bayeslat.errors import FitError
 
@@ -23,26 +24,18 @@ def command(
     model: str = typer.Option("hierarchical", "--model",
                               help="Variant: dense, speculative, hierarchical, moe, or with the "
                               "compute wall capacity or dense-capacity."),
-    draws: int | None = typer.Option(None, "--draws", min=1, show_default=False,
-                                     help="Draws per chain after tuning [default: until the "
-                                     "convergence bar holds, checked as sampling goes, at most "
-                                     "2000; 1000 with --sampler pymc or numpyro]."),
-    tune: int = typer.Option(500, "--tune", min=0, help="Tuning steps per chain."),
-    chains: int | None = typer.Option(None, "--chains", min=1, show_default=False,
-                                      help="Chains [default: one per core, 2 to 8]."),
+    draws: int | None = options.DRAWS,
+    tune: int = options.TUNE,
+    chains: int | None = options.CHAINS,
     seed: int = typer.Option(0, "--seed", help="Random seed."),
-    sampler: str = typer.Option("nutpie", "--sampler", help="nutpie, pymc or numpyro."),
+    sampler: str = options.SAMPLER,
     output: Path | None = typer.Option(None, "-o", "--output",
                                        help="Fit to write; default models/<data>-<model>.nc."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing fit."),
     strict: bool = typer.Option(False, "--strict",
                                 help="Exit non-zero if the fit did not converge."),
-    config: Path | None = typer.Option(None, "--config",
-                                       help="TOML or JSON file overriding scaling and priors."),
-    exact: bool = typer.Option(False, "--exact",
-                               help="Sample the likelihood of every row, not the curve "
-                               "summaries (which the paper's variants use where the scatter "
-                               "is near Gaussian)."),
+    config: Path | None = options.CONFIG,
+    exact: bool = options.EXACT,
 ) -> None:
     """Fit a Bayesian latency model and print diagnostics, its adequacy and a headline per
     configuration.

@@ -6,6 +6,7 @@ import logging
 import sys
 
 import numpy as np
+import typer
 from rich.console import Console
 
 from bayeslat.errors import InputError
@@ -49,3 +50,19 @@ def quiet_pymc() -> None:
     import pymc  # noqa: F401
 
     logging.getLogger("pymc").setLevel(logging.WARNING)
+
+
+# The sampler's options, shared by the verbs that fit (fit, validate). TUNE is fit.TUNE, written
+# out so that `bayeslat --help` need not import the fitting stack.
+DRAWS = typer.Option(None, "--draws", min=1, show_default=False,
+                     help="Draws per chain after tuning (default: until the convergence bar "
+                     "holds, checked as sampling goes, at most 2000; 1000 with --sampler pymc "
+                     "or numpyro).")
+TUNE = typer.Option(500, "--tune", min=0, help="Tuning steps per chain.")
+CHAINS = typer.Option(None, "--chains", min=1, show_default=False,
+                      help="Chains (default: one per core, 2 to 8).")
+SAMPLER = typer.Option("nutpie", "--sampler", help="nutpie, pymc or numpyro.")
+CONFIG = typer.Option(None, "--config", help="TOML or JSON file overriding scaling and priors.")
+EXACT = typer.Option(False, "--exact", help="Sample the likelihood of every row, not the curve "
+                     "summaries (which the paper's variants use where the scatter is near "
+                     "Gaussian).")

@@ -1,0 +1,136 @@
+"""``bayeslat validate``: the folds of each split, the scores, and the verb with a mocked
+sampler (the real fits are in test_fit_slow.py)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+from pymc.testing import mock_sample
+from typer.testing import CliRunner
+
+from bayeslat import validate
+from bayeslat.cli import app
+from bayeslat.data import schema
+from bayeslat.errors import InputError
+from bayeslat.simulate.generative import SamplerSpec, sample_sweep
+
+runner = CliRunner()
+SPEC = SamplerSpec(prefill_tokens=(128.0, 512.0), decode_tokens=(64.0, 128.0),
+                   alphas=(0.6, 0.9), ks=(2, 4), n_rates=4)
+
+
+@pytest.fixture(scope="module")
+def table():
+    return sample_sweep(SPEC, seed=1)[0]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, table):
+    path = tmp_path_factory.mktemp("data") / "sweep.parquet"
+    schema.write_table(table, path)
+    return path
+
+
+@pytest.fixture()
+def mocked(monkeypatch):
+    monkeypatch.setattr(pm, "sample", mock_sample)
+
+
+def test_top_rate_holds_out_each_configuration_s_highest_constant_rate(table):
+    (fold,) = validate.folds(table, "top-rate")
+    held = table[fold.drop]
+    labels = schema.config_labels(table)
+    assert held["strategy"].eq("constant").all() and not held["saturated"].any()
+    assert len(held) == labels.nunique()
+    constant = table[(table["strategy"] == "constant") & ~table["saturated"]]
+    top = constant.groupby(schema.config_labels(constant))["rps"].max()
+    assert held.set_index(schema.config_labels(held).to_numpy())["rps"].equals(
+        top.reindex(schema.config_labels(held).to_numpy()))
+
+
+@pytest.mark.parametrize(("split", "column", "n"), [("alpha", "alpha", 2), ("k", "k", 2)])
+def test_sd_splits_hold_out_one_value_of_the_sd_rows_and_keep_every_baseline(
+        table, split, column, n):
+    folds = validate.folds(table, split)
+    assert len(folds) == n
+    drops = np.array([f.drop for f in folds])
+    assert (drops.sum(axis=0) <= 1).all()  # disjoint
+    sd = (table["k"] > 0).to_numpy()
+    assert (drops.any(axis=0) == sd).all()  # every SD row once, no baseline row
+    for f in folds:
+        assert table.loc[f.drop, column].nunique() == 1
+        # saturated rows leave with their configuration, but are not scored
+        assert f.scored(table).sum() == (f.drop & ~table["saturated"].to_numpy()).sum()
+
+
+def test_workload_split_holds_out_whole_groups_with_their_baselines(table):
+    folds = validate.folds(table, "workload")
+    assert [f.held_out for f in folds] == ["p128 g64", "p128 g128", "p512 g64", "p512 g128"]
+    for f in folds:
+        held = table[f.drop]
+        assert held[["prefill_tokens", "decode_tokens"]].drop_duplicates().shape[0] == 1
+        assert (held["k"] == 0).any()
+        rest = table[~f.drop]
+        assert not set(schema.group_labels(held)) & set(schema.group_labels(rest))
+
+
+def test_a_split_with_one_value_or_an_unknown_name_is_refused(table):
+    one_alpha = table[(table["k"] == 0) | (table["alpha"] == 0.6)]
+    with pytest.raises(InputError, match="1 value"):
+        validate.folds(one_alpha, "alpha")
+    with pytest.raises(InputError, match="unknown split"):
+        validate.folds(table, "rates")
+
+
+def test_scores_are_mape_r2_and_coverage_of_the_median():
+    points = pd.DataFrame({"latency_mean": [1.0, 2.0, 4.0, 8.0],
+                           "median": [1.1, 1.8, 4.0, np.inf],
+                           "ape": [0.1, 0.1, 0.0, np.inf],
+                           "in50": [True, False, True, False],
+                           "in90": [True, True, True, False]})
+    s = validate.score(points.iloc[:3])
+    assert s["mape"] == pytest.approx(0.2 / 3) and s["points"] == 3
+    y = np.array([1.0, 2.0, 4.0])
+    assert s["r2"] == pytest.approx(1 - 0.05 / ((y - y.mean()) ** 2).sum())
+    assert (s["inside_50"], s["inside_90"], s["saturated"]) == (pytest.approx(2 / 3), 1.0, 0)
+    assert validate.score(points)["saturated"] == 1  # a median past saturation: counted apart
+
+
+def test_run_scores_every_fold_and_writes_its_json(table, tmp_path, mocked):
+    result = validate.run(table, "hierarchical", ["k"], sampler="pymc", draws=10, chains=2,
+                          progressbar=False)
+    assert list(result.folds["held_out"]) == ["k = 2", "k = 4"]
+    scored = sum(f.scored(table).sum() for f in validate.folds(table, "k"))
+    assert len(result.points) == scored == result.splits.loc[0, "points"]
+    assert not result.folds["converged"].any()  # prior draws: a mocked fit cannot converge
+    path = result.to_json(tmp_path / "v.json")
+    doc = json.loads(path.read_text())
+    assert doc["variant"] == "hierarchical" and len(doc["points"]) == scored
+    assert {"mape", "r2", "inside_50", "inside_90", "converged", "max_rhat"} <= set(doc["folds"][0])
+    with pytest.raises(InputError, match="exists"):
+        result.to_json(path)
+
+
+def test_the_verb_prints_a_table_per_split_and_refuses_to_overwrite(sweep, tmp_path, mocked):
+    out = tmp_path / "v.json"
+    args = ["validate", str(sweep), "--split", "top-rate", "--sampler", "pymc", "--draws", "10",
+            "--chains", "2", "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Held out: top-rate" in result.output and "did not converge" in result.output
+    before = out.read_bytes()
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2 and "--overwrite" in again.output and str(out) in again.output
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--split", "rates"], "unknown split"),
+    (["--model", "gaussian"], "unknown model"),
+])
+def test_bad_options_are_one_line_errors_before_any_fit(sweep, tmp_path, args, message):
+    result = runner.invoke(app, ["validate", str(sweep), "-o", str(tmp_path / "v.json"), *args])
+    assert result.exit_code == 2 and message in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "v.json").exists()
