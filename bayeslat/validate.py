@@ -16,11 +16,17 @@ included). The splits are the questions users bring:
     a fold per draft length ``k > 0``;
 ``workload``
     a fold per prefill/decode pair: every group of that workload, its baseline too (the
-    hierarchical variants predict a workload never measured from the scaling laws).
+    hierarchical variants predict a workload never measured from the scaling laws);
+``verifier``
+    a fold per verifier model: everything measured with it (predicted from the scaling in
+    the verifier's size).
 
 Scores per fold and per split (:func:`score`): MAPE and R² of the predictive median against the
 measured latency, and the share of measured points inside their 50% and 90% predictive intervals
-(about 0.5 and 0.9 when the model is calibrated there).
+(about 0.5 and 0.9 when the model is calibrated there). Beside them, the paper's point method
+(:func:`point_fit`: SciPy ``curve_fit`` of ``C1``, ``C2`` per configuration on the same training
+rows), which answers only for configurations the fit saw (the ``top-rate`` split) and says
+where it extrapolates past its own saturation.
 """
 
 from __future__ import annotations
@@ -33,13 +39,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bayeslat import adequacy, fit
+from bayeslat import adequacy, fit, theory
 from bayeslat.data import schema
 from bayeslat.errors import InputError
 from bayeslat.files import atomic_output
 from bayeslat.models import get
+from bayeslat.models.start import curve_fits
 
-SPLITS = ("top-rate", "alpha", "k", "workload")
+SPLITS = ("top-rate", "alpha", "k", "workload", "verifier")
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,8 @@ def folds(table: pd.DataFrame, split: str) -> list[Fold]:
     Raises
     ------
     InputError
-        For an unknown split, or one the sweep cannot support (one acceptance rate, one draft
-        length or one workload: nothing would be left to learn it from).
+        For an unknown split, or one the sweep cannot support (one acceptance rate, draft
+        length, workload or verifier: nothing would be left to learn it from).
     """
     ok = ~table["saturated"].to_numpy(bool)
     sd = (table["k"] > 0).to_numpy()
@@ -81,19 +88,36 @@ def folds(table: pd.DataFrame, split: str) -> list[Fold]:
         values = ("p" + table["prefill_tokens"].map("{:g}".format) + " g"
                   + table["decode_tokens"].map("{:g}".format))
         column, words = "prefill_tokens and decode_tokens", "{}"
+    elif split == "verifier":
+        values, column, words = table["verifier"].astype(str), "verifier", "{}"
     else:
         raise InputError(f"unknown split {split!r}; use one or more of {', '.join(SPLITS)}",
                          field="split")
-    if split == "workload":  # by prefill, then decode length
-        order = table.sort_values(["prefill_tokens", "decode_tokens"]).index
-    else:
-        order = values.sort_values().index
+    # folds in the order of the values: a workload's by prefill, then decode; a verifier's by size
+    keys = {"workload": ["prefill_tokens", "decode_tokens"], "verifier": ["verifier_params_b"]}
+    order = table.sort_values(keys[split]).index if split in keys else values.sort_values().index
     distinct = list(pd.unique(values.loc[order].dropna()))
     if len(distinct) < 2:
         raise InputError(f"the sweep has {len(distinct)} value(s) of {column}: holding one out "
                          "would leave nothing to learn it from; choose another split",
                          field="split")
     return [Fold(split, words.format(v), (values == v).to_numpy()) for v in distinct]
+
+
+def point_fit(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
+    """The paper's prediction of each ``test`` row: ``C1/(1 − rps·C2)`` from a SciPy
+    ``curve_fit`` of its configuration's unsaturated ``train`` rows
+    (:func:`bayeslat.models.start.curve_fits`); NaN for a configuration not in ``train``, ``inf``
+    at or past the fitted saturation."""
+    train = train[~train["saturated"].to_numpy(bool)]
+    labels = schema.config_labels(train)
+    codes, known = pd.factorize(labels)
+    fits = curve_fits(codes, train["rps"].to_numpy(float),
+                      train["latency_mean"].to_numpy(float)).set_index(known)
+    coef = fits.reindex(schema.config_labels(test).to_numpy())
+    latency = theory.latency(test["rps"].to_numpy(float), coef["C1"].to_numpy(),
+                             coef["C2"].to_numpy())
+    return np.where(coef["C1"].isna().to_numpy(), np.nan, latency)  # not an infinite latency
 
 
 def score(points: pd.DataFrame) -> dict:
@@ -108,7 +132,21 @@ def score(points: pd.DataFrame) -> dict:
             "r2": float(1.0 - residual / total) if total > 0 else float("nan"),
             "inside_50": float(points["in50"].mean()) if len(points) else float("nan"),
             "inside_90": float(points["in90"].mean()) if len(points) else float("nan"),
-            "saturated": int((~finite).sum())}
+            "saturated": int((~finite).sum())} | _point_score(points)
+
+
+def _point_score(points: pd.DataFrame) -> dict:
+    """The paper's point method on the same points: MAPE where it answers with a finite
+    latency, and on how many points it answers at all (NaN: a configuration never measured)
+    and how many it puts past saturation."""
+    if "point_fit" not in points:
+        return {}
+    pred = points["point_fit"].to_numpy(float)
+    finite = np.isfinite(pred)
+    ape = np.abs(pred[finite] / points["latency_mean"].to_numpy(float)[finite] - 1)
+    return {"point_mape": float(ape.mean()) if finite.any() else float("nan"),
+            "point_answered": int((~np.isnan(pred)).sum()),
+            "point_saturated": int(np.isinf(pred).sum())}
 
 
 @dataclass
@@ -158,6 +196,14 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     """
     table = schema.validate(table).reset_index(drop=True)
     todo = [f for name in splits for f in folds(table, name)]
+    if hasattr(get(variant), "known"):  # per-configuration variants: measured ones only
+        labels = schema.config_labels(table)
+        for one in todo:
+            if not labels[one.drop].isin(labels[~one.drop]).all():
+                raise InputError(f"the {variant} model predicts only configurations it was "
+                                 f"fitted on, and the {one.split} split holds out whole "
+                                 "configurations: use the top-rate split or a hierarchical "
+                                 "variant", field="split")
     say = status or (lambda message: None)
     points, rows = [], []
     for i, one in enumerate(todo):
@@ -166,8 +212,9 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
         clock = time.perf_counter()
         fit.sample(model, seed=seed, **sampling)
         diag = fit.diagnostics(model.idata, time.perf_counter() - clock)
-        held = adequacy.held_out(model, table[one.scored(table)].reset_index(drop=True), seed)
-        held = held.assign(split=one.split, held_out=one.held_out)
+        test = table[one.scored(table)].reset_index(drop=True)
+        held = adequacy.held_out(model, test, seed).assign(
+            split=one.split, held_out=one.held_out, point_fit=point_fit(model.source, test))
         points.append(held)
         rows.append({"split": one.split, "held_out": one.held_out} | score(held)
                     | {"converged": bool(diag.converged), "max_rhat": diag.max_rhat,

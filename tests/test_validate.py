@@ -76,6 +76,18 @@ def test_workload_split_holds_out_whole_groups_with_their_baselines(table):
         assert not set(schema.group_labels(held)) & set(schema.group_labels(rest))
 
 
+def test_verifier_split_holds_out_everything_measured_with_a_verifier(table):
+    with pytest.raises(InputError, match="1 value"):  # one verifier: nothing to learn from
+        validate.folds(table, "verifier")
+    two = sample_sweep(SamplerSpec(**{**SPEC.__dict__, "verifiers": (
+        ("llama-70b", 70.0), ("llama-8b", 8.0))}), seed=2)[0]
+    folds = validate.folds(two, "verifier")
+    assert [f.held_out for f in folds] == ["llama-8b", "llama-70b"]  # by size
+    for f in folds:
+        assert (two.loc[f.drop, "verifier"] == f.held_out).all()
+        assert (two.loc[~f.drop, "verifier"] != f.held_out).all()
+
+
 def test_a_split_with_one_value_or_an_unknown_name_is_refused(table):
     one_alpha = table[(table["k"] == 0) | (table["alpha"] == 0.6)]
     with pytest.raises(InputError, match="1 value"):
@@ -98,6 +110,23 @@ def test_scores_are_mape_r2_and_coverage_of_the_median():
     assert validate.score(points)["saturated"] == 1  # a median past saturation: counted apart
 
 
+def test_the_paper_s_point_fit_predicts_measured_configurations_only(table):
+    (top,) = validate.folds(table, "top-rate")
+    train, test = table[~top.drop], table[top.scored(table)]
+    pred = validate.point_fit(train, test)
+    # the model sampler's own curves (2% scatter): a held-out top rate within a few percent
+    ape = np.abs(pred / test["latency_mean"].to_numpy() - 1)
+    assert np.isfinite(pred).all() and np.median(ape) < 0.1, ape
+    unseen = validate.point_fit(train[train["k"] != 4], test)
+    assert np.isnan(unseen[(test["k"] == 4).to_numpy()]).all()
+    assert np.isfinite(unseen[(test["k"] != 4).to_numpy()]).all()
+    scores = validate.score(pd.DataFrame({
+        "latency_mean": [1.0, 1.0, 1.0], "median": [1.0, 1.0, 1.0], "ape": [0.0] * 3,
+        "in50": [True] * 3, "in90": [True] * 3, "point_fit": [1.2, np.inf, np.nan]}))
+    assert scores["point_mape"] == pytest.approx(0.2)
+    assert (scores["point_answered"], scores["point_saturated"]) == (2, 1)
+
+
 def test_run_scores_every_fold_and_writes_its_json(table, tmp_path, mocked):
     result = validate.run(table, "hierarchical", ["k"], sampler="pymc", draws=10, chains=2,
                           progressbar=False)
@@ -108,7 +137,9 @@ def test_run_scores_every_fold_and_writes_its_json(table, tmp_path, mocked):
     path = result.to_json(tmp_path / "v.json")
     doc = json.loads(path.read_text())
     assert doc["variant"] == "hierarchical" and len(doc["points"]) == scored
-    assert {"mape", "r2", "inside_50", "inside_90", "converged", "max_rhat"} <= set(doc["folds"][0])
+    assert {"mape", "r2", "inside_50", "inside_90", "converged", "max_rhat",
+            "point_mape", "point_answered"} <= set(doc["folds"][0])
+    assert (result.folds["point_answered"] == 0).all()  # a k never measured: no point fit
     with pytest.raises(InputError, match="exists"):
         result.to_json(path)
 
@@ -120,10 +151,16 @@ def test_the_verb_prints_a_table_per_split_and_refuses_to_overwrite(sweep, tmp_p
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Held out: top-rate" in result.output and "did not converge" in result.output
+    assert "paper" in result.output
     before = out.read_bytes()
     again = runner.invoke(app, args)
     assert again.exit_code == 2 and "--overwrite" in again.output and str(out) in again.output
     assert out.read_bytes() == before
+
+
+def test_a_per_configuration_variant_is_refused_splits_of_whole_configurations(table):
+    with pytest.raises(InputError, match="only configurations it was fitted on"):
+        validate.run(table, "dense", ["top-rate", "k"], sampler="pymc", draws=10)
 
 
 @pytest.mark.parametrize(("args", "message"), [
