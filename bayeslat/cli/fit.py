@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bayeslat.cli import options
-from bayeslat.cli.options import make_console, quiet_pymc, shows_rps_star
+from bayeslat.cli.options import make_console, number, quiet_pymc, shows_rps_star
 from bayeslat.errors import FitError
 
 # Headline rows shown in the terminal; the file holds them all.
@@ -113,15 +113,11 @@ def _worst_table(worst) -> Table:
     for header in ("pts", "in 50%", "in 90%", "top 3", "mean z", "cap/ceil"):
         table.add_column(header, justify="right")
     for row in worst.itertuples():
-        table.add_row(row.config, str(row.points), _number(row.inside_50),
-                      _number(row.inside_90), _number(row.top_inside_90),
-                      _number(row.mean_z, "{:+.2f}"), _number(row.capacity_ratio),
+        table.add_row(row.config, str(row.points), number(row.inside_50),
+                      number(row.inside_90), number(row.top_inside_90),
+                      number(row.mean_z, "{:+.2f}"), number(row.capacity_ratio),
                       style="yellow" if row.misfit else None)
     return table
-
-
-def _number(value: float, fmt: str = "{:.2f}") -> str:
-    return "–" if value != value else fmt.format(value)  # NaN: not measured or undefined
 
 
 def _headline_table(head) -> Table:

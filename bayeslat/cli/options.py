@@ -37,6 +37,11 @@ def unconverged_warning(diag) -> str:
             "wrong: refit with more --tune and --draws before relying on them")
 
 
+def number(value: float, fmt: str = "{:.2f}") -> str:
+    """A figure for a table: ``fmt`` of it, or "–" for NaN (not measured or undefined)."""
+    return "–" if value != value else fmt.format(value)
+
+
 def make_console() -> Console:
     """A console for tables: the terminal's width, or 120 columns when piped to a file."""
     return Console() if sys.stdout.isatty() else Console(width=120)

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bayeslat.cli import options
-from bayeslat.cli.options import make_console, quiet_pymc
+from bayeslat.cli.options import make_console, number, quiet_pymc
 from bayeslat.errors import InputError
 
 # Where a calibrated model's held-out points lie inside their 90% intervals (as the adequacy
@@ -101,9 +101,9 @@ def _split_table(result, name: str) -> Table:
         rows.append(("all folds", overall, "", ""))
     for label, r, converged, seconds in rows:
         off = not lo <= r.inside_90 <= hi or converged == "no"
-        table.add_row(label, str(int(r.points)), f"{r.mape:.1%}", f"{r.r2:.3f}",
-                      f"{r.inside_50:.2f}", f"{r.inside_90:.2f}", _point(r), converged, seconds,
-                      style="yellow" if off else None)
+        table.add_row(label, str(int(r.points)), number(r.mape, "{:.1%}"),
+                      number(r.r2, "{:.3f}"), number(r.inside_50), number(r.inside_90),
+                      _point(r), converged, seconds, style="yellow" if off else None)
     return table
 
 
