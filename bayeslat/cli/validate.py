@@ -101,7 +101,8 @@ def _split_table(result, name: str) -> Table:
         rows.append(("all folds", overall, "", ""))
     for label, r, converged, seconds in rows:
         off = not lo <= r.inside_90 <= hi or converged == "no"
-        table.add_row(label, str(int(r.points)), number(r.mape, "{:.1%}"),
+        mape = number(r.mape, "{:.1%}") + (f" ({r.saturated} saturated)" if r.saturated else "")
+        table.add_row(label, str(int(r.points)), mape,
                       number(r.r2, "{:.3f}"), number(r.inside_50), number(r.inside_90),
                       _point(r), converged, seconds, style="yellow" if off else None)
     return table
