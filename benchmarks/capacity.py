@@ -39,7 +39,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bayeslat import adequacy, decide, fit  # noqa: E402
+from bayeslat import adequacy, decide, fit, validate  # noqa: E402
 from bayeslat.cli.options import quiet_pymc  # noqa: E402
 from bayeslat.data import schema  # noqa: E402
 from bayeslat.models import get  # noqa: E402
@@ -62,14 +62,6 @@ def fitted(variant: str, table: pd.DataFrame, args, label: str):
           f"{diag.min_ess_tail:.0f}, divergences {diag.divergences}"
           f"{'' if diag.converged else '  NOT CONVERGED'}", flush=True)
     return model
-
-
-def top_constant_rate(table: pd.DataFrame) -> pd.Series:
-    """Mask of each configuration's highest unsaturated constant-rate row."""
-    ok = (~table["saturated"]) & (table["strategy"] == "constant")
-    labels = schema.config_labels(table)
-    top = table[ok].groupby(labels[ok])["rps"].idxmax()
-    return table.index.isin(top.to_numpy())
 
 
 def part_example(args):
@@ -97,7 +89,8 @@ def part_example(args):
 def part_holdout(args):
     print("== shipped example: leave-top-rate-out")
     table = schema.read_table(EXAMPLE)
-    top = top_constant_rate(table)
+    (fold,) = validate.folds(table, "top-rate")  # each configuration's highest constant rate
+    top = fold.drop
     for variant in args.variants:
         model = fitted(variant, table[~top].reset_index(drop=True), args, "holdout")
         out = adequacy.held_out(model, table[top].reset_index(drop=True), args.seed)
