@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import mcmc, theory
+from bayeslat import compiled, mcmc, theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.models import DEFAULT, get
@@ -192,6 +192,7 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
 
     if sampler not in SAMPLERS:
         raise FitError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    compiled.register()
     backend = _optional(sampler, sampler) if sampler != "pymc" else None
     clock = time.perf_counter()
     summary = None if exact or not model.summarises else summarise(model.rows)
@@ -207,7 +208,7 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
     start = model.initial_values(pm_model)
     if sampler == "nutpie":
         # freeze_model: data become constants, so what depends only on them is folded away
-        compiled = backend.compile_pymc_model(
+        compiled_model = backend.compile_pymc_model(
             pm_model, initial_points=start, jitter_rvs=_jitter_vars(pm_model),
             freeze_model=True)
         timing["compile_s"] = time.perf_counter() - clock
@@ -218,9 +219,9 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
                     "seed": seed, "progress_bar": progressbar, "save_warmup": False,
                     "target_accept": target_accept}
         if to_bar:
-            idata, draws = _sample_to_bar(backend, compiled, settings)
+            idata, draws = _sample_to_bar(backend, compiled_model, settings)
         else:
-            idata = _drop_unconstrained(backend.sample(compiled, **settings))
+            idata = _drop_unconstrained(backend.sample(compiled_model, **settings))
     else:
         kwargs = {"nuts_sampler": "numpyro"} if sampler == "numpyro" else {}
         if sampler == "pymc" and not pytensor.config.cxx:
