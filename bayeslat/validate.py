@@ -21,6 +21,15 @@ included). The splits are the questions users bring:
     a fold per verifier model: everything measured with it (predicted from the scaling in
     the verifier's size).
 
+and one check that leaves nothing out:
+
+``loo``
+    the whole sweep fitted once and scored by PSIS-LOO (:func:`loo_figures`): the expected log
+    predictive density of each measured point as if it had been left out, estimated from the
+    one fit by Pareto-smoothed importance sampling, with the points where that estimate
+    cannot be trusted (Pareto k above :data:`PARETO_K`) counted. Two or more variants run with
+    it are ranked by :func:`compare`, and :func:`choice` says what the ranking implies.
+
 Scores per fold and per split (:func:`score`): MAPE and R² of the predictive median against the
 measured latency, and the share of measured points inside their 50% and 90% predictive intervals
 (about 0.5 and 0.9 when the model is calibrated there). Beside them, the paper's point method
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,9 +54,15 @@ from bayeslat.data import schema
 from bayeslat.errors import InputError
 from bayeslat.files import atomic_output
 from bayeslat.models import get
+from bayeslat.models.base import PARETO_K, psis_loo
 from bayeslat.models.start import curve_fits
 
 SPLITS = ("top-rate", "alpha", "k", "workload", "verifier")
+# The check without folds (PSIS-LOO of one fit of the whole sweep), named like a split.
+LOO = "loo"
+CHECKS = (*SPLITS, LOO)
+# A variant is clearly ahead when its lead in elpd exceeds this many standard errors.
+CLEAR_LEAD_SE = 2.0
 
 
 @dataclass(frozen=True)
@@ -150,30 +166,121 @@ def _point_score(points: pd.DataFrame) -> dict:
             "point_saturated": int(np.isinf(pred).sum())}
 
 
+def loo_figures(elpd) -> dict:
+    """The figures of a fit's PSIS-LOO (``elpd``: :func:`bayeslat.models.base.psis_loo`):
+    ``elpd_loo`` and its standard error ``se``, the effective number of parameters ``p_loo``,
+    and how many of the ``points`` have Pareto k above :data:`PARETO_K` and above 1 (there
+    the estimate is unreliable: a held-out split says more)."""
+    k = elpd.pareto_k.values
+    return {"elpd_loo": float(elpd.elpd_loo), "se": float(elpd.se), "p_loo": float(elpd.p_loo),
+            "points": int(k.size), "pareto_k_over_07": int((k > PARETO_K).sum()),
+            "pareto_k_over_1": int((k > 1).sum())}
+
+
 @dataclass
 class Validation:
-    """What :func:`run` produced: the held-out points with their predictions, a row of scores
-    and fit diagnostics per fold, and the scores of each split over its folds."""
+    """What :func:`run` produced for one variant: the held-out points with their predictions, a
+    row of scores and fit diagnostics per fold, the scores of each split over its folds, and,
+    with the ``loo`` check, the PSIS-LOO figures and diagnostics of the whole sweep's fit
+    (``loo``) and its pointwise PSIS-LOO (``elpd``, for :func:`compare`)."""
 
     variant: str
     points: pd.DataFrame
     folds: pd.DataFrame
+    loo: dict | None = None
+    elpd: object = field(default=None, repr=False)
     splits: pd.DataFrame = field(init=False)
 
     def __post_init__(self):
+        names = pd.unique(self.folds["split"]) if len(self.folds) else []
         self.splits = pd.DataFrame([
             {"split": name, "folds": int((self.folds["split"] == name).sum())}
-            | score(self.points[self.points["split"] == name])
-            for name in pd.unique(self.folds["split"])])
+            | score(self.points[self.points["split"] == name]) for name in names])
 
-    def to_json(self, path: str | Path, overwrite: bool = False) -> Path:
-        """Write every figure (splits, folds, points) as one JSON file, atomically."""
-        doc = {"variant": self.variant,
-               **{name: json.loads(getattr(self, name).to_json(orient="records"))
-                  for name in ("splits", "folds", "points")}}
-        with atomic_output(path, overwrite=overwrite) as tmp:
-            tmp.write_text(json.dumps(doc, indent=1))
-        return Path(path)
+    def doc(self) -> dict:
+        """Every figure (splits, folds, points, loo) as JSON-ready records."""
+        return {"variant": self.variant, "loo": self.loo,
+                **{name: json.loads(getattr(self, name).to_json(orient="records"))
+                   for name in ("splits", "folds", "points")}}
+
+
+def compare(results: list[Validation]) -> pd.DataFrame:
+    """Rank the variants of ``results`` that ran the ``loo`` check (two or more, fitted to the
+    same sweep) by PSIS-LOO (:func:`arviz.compare`): a row per variant, best first, with
+    ``elpd_loo``, ``se``, ``p_loo``, the difference from the best ``elpd_diff`` and its
+    standard error ``dse``, the Pareto k counts of :func:`loo_figures` and whether the fit
+    converged."""
+    import arviz as az
+
+    fits = {r.variant: r.elpd for r in results if r.elpd is not None}
+    if len(fits) < 2:
+        raise InputError("comparing variants needs two or more fitted with the loo check",
+                         field="model")
+    with warnings.catch_warnings():  # the Pareto k are counted, not warned about
+        warnings.simplefilter("ignore")
+        table = az.compare(fits, ic="loo")
+    loo = pd.DataFrame({r.variant: r.loo for r in results if r.loo is not None}).T
+    table = table.join(loo[["points", "pareto_k_over_07", "pareto_k_over_1", "converged"]])
+    return (table.rename_axis("variant").reset_index()
+            [["variant", "rank", "elpd_loo", "se", "p_loo", "elpd_diff", "dse", "points",
+              "pareto_k_over_07", "pareto_k_over_1", "converged"]])
+
+
+def choice(comparison: pd.DataFrame) -> str:
+    """What a :func:`compare` ranking implies, in one sentence: the best variant when its
+    lead over the next exceeds :data:`CLEAR_LEAD_SE` standard errors, else no clear choice;
+    where PSIS-LOO itself is unreliable; and which fits did not converge."""
+    best, next_ = comparison.iloc[0], comparison.iloc[1]
+    lead = (f"ahead of {next_.variant} by {next_.elpd_diff:.1f} ± {next_.dse:.1f} in expected "
+            "log predictive density")
+    if next_.elpd_diff > CLEAR_LEAD_SE * next_.dse:
+        text = f"PSIS-LOO prefers {best.variant}: {lead}"
+    else:
+        text = (f"no clear choice: {best.variant} is {lead}, within {CLEAR_LEAD_SE:g} standard "
+                "errors; prefer the simpler variant or the one the held-out splits favour")
+    shaky = comparison[comparison["pareto_k_over_07"] > 0]
+    if len(shaky):
+        text += ("; PSIS-LOO is unreliable at " + ", ".join(
+            f"{r.pareto_k_over_07} of {r.points} points of {r.variant}" for r in
+            shaky.itertuples()) + f" (Pareto k > {PARETO_K:g}): check with the top-rate split")
+    unconverged = comparison.loc[~comparison["converged"].astype(bool), "variant"]
+    if len(unconverged):
+        text += (f"; the fit of {' and '.join(unconverged)} did not converge: refit with more "
+                 "draws before relying on this")
+    return text
+
+
+def write_json(path: str | Path, results: list[Validation], comparison=None,
+               overwrite: bool = False) -> Path:
+    """Write every figure of ``results`` (and of their :func:`compare` ``comparison``, with
+    its :func:`choice`) as one JSON file, atomically."""
+    doc = {"variants": [r.doc() for r in results],
+           "comparison": (json.loads(comparison.to_json(orient="records"))
+                          if comparison is not None else None),
+           "choice": choice(comparison) if comparison is not None else None}
+    with atomic_output(path, overwrite=overwrite) as tmp:
+        tmp.write_text(json.dumps(doc, indent=1))
+    return Path(path)
+
+
+def check(table: pd.DataFrame, variant: str, splits) -> list[Fold]:
+    """The folds of ``splits`` (names from :data:`CHECKS`) on ``table``, refused before any
+    fit where the sweep or the variant cannot support them (:func:`folds`; per-configuration
+    variants predict only configurations they were fitted on)."""
+    unknown = [s for s in splits if s not in CHECKS]
+    if unknown:
+        raise InputError(f"unknown split {', '.join(unknown)}; use one or more of "
+                         f"{', '.join(CHECKS)}", field="split")
+    todo = [f for name in splits if name != LOO for f in folds(table, name)]
+    if hasattr(get(variant), "known"):  # per-configuration variants: measured ones only
+        labels = schema.config_labels(table)
+        for one in todo:
+            if not labels[one.drop].isin(labels[~one.drop]).all():
+                raise InputError(f"the {variant} model predicts only configurations it was "
+                                 f"fitted on, and the {one.split} split holds out whole "
+                                 "configurations: use the top-rate split or a hierarchical "
+                                 "variant", field="split")
+    return todo
 
 
 def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: int = 0,
@@ -188,7 +295,7 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
         The model variant and its scaling configuration (:class:`~bayeslat.scaling.ScalingConfig`
         or None for the variant's default).
     splits
-        Names from :data:`SPLITS`; all are checked before the first fit.
+        Names from :data:`CHECKS`; all are checked before the first fit (:func:`check`).
     status
         Optional callable taking a one-line message about the current fold.
     sampling
@@ -196,29 +303,32 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
         ``exact``, ``progressbar``).
     """
     table = schema.validate(table).reset_index(drop=True)
-    todo = [f for name in splits for f in folds(table, name)]
-    if hasattr(get(variant), "known"):  # per-configuration variants: measured ones only
-        labels = schema.config_labels(table)
-        for one in todo:
-            if not labels[one.drop].isin(labels[~one.drop]).all():
-                raise InputError(f"the {variant} model predicts only configurations it was "
-                                 f"fitted on, and the {one.split} split holds out whole "
-                                 "configurations: use the top-rate split or a hierarchical "
-                                 "variant", field="split")
+    todo = check(table, variant, splits)
     say = status or (lambda message: None)
-    points, rows = [], []
-    for i, one in enumerate(todo):
-        say(f"fold {i + 1} of {len(todo)}: {one.split}, without {one.held_out}")
-        model = get(variant)(table[~one.drop].reset_index(drop=True), config)
+
+    def fitted(rows: pd.DataFrame):
+        model = get(variant)(rows.reset_index(drop=True), config)
         clock = time.perf_counter()
         fit.sample(model, seed=seed, **sampling)
         diag = fit.diagnostics(model.idata, time.perf_counter() - clock)
+        return model, {"converged": bool(diag.converged), "max_rhat": diag.max_rhat,
+                       "min_ess_bulk": diag.min_ess_bulk, "divergences": diag.divergences,
+                       "seconds": round(diag.seconds, 1)}
+
+    points, rows = [], []
+    for i, one in enumerate(todo):
+        say(f"{variant}, fold {i + 1} of {len(todo)}: {one.split}, without {one.held_out}")
+        model, diag = fitted(table[~one.drop])
         test = table[one.scored(table)].reset_index(drop=True)
         held = adequacy.held_out(model, test, seed).assign(
             split=one.split, held_out=one.held_out, point_fit=point_fit(model.source, test))
         points.append(held)
-        rows.append({"split": one.split, "held_out": one.held_out} | score(held)
-                    | {"converged": bool(diag.converged), "max_rhat": diag.max_rhat,
-                       "min_ess_bulk": diag.min_ess_bulk, "divergences": diag.divergences,
-                       "seconds": round(diag.seconds, 1)})
-    return Validation(variant, pd.concat(points, ignore_index=True), pd.DataFrame(rows))
+        rows.append({"split": one.split, "held_out": one.held_out} | score(held) | diag)
+    loo = elpd = None
+    if LOO in splits:
+        say(f"{variant}: the whole sweep, for PSIS-LOO")
+        model, diag = fitted(table)
+        elpd = psis_loo(model.idata)
+        loo = loo_figures(elpd) | diag
+    return Validation(variant, pd.concat(points, ignore_index=True) if points else
+                      pd.DataFrame(), pd.DataFrame(rows), loo, elpd)

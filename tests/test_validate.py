@@ -135,14 +135,54 @@ def test_run_scores_every_fold_and_writes_its_json(table, tmp_path, mocked):
     scored = sum(f.scored(table).sum() for f in validate.folds(table, "k"))
     assert len(result.points) == scored == result.splits.loc[0, "points"]
     assert not result.folds["converged"].any()  # prior draws: a mocked fit cannot converge
-    path = result.to_json(tmp_path / "v.json")
+    path = validate.write_json(tmp_path / "v.json", [result])
     doc = json.loads(path.read_text())
-    assert doc["variant"] == "hierarchical" and len(doc["points"]) == scored
+    (one,) = doc["variants"]
+    assert one["variant"] == "hierarchical" and len(one["points"]) == scored
+    assert one["loo"] is None and doc["comparison"] is None and doc["choice"] is None
     assert {"mape", "r2", "inside_50", "inside_90", "converged", "max_rhat",
-            "point_mape", "point_answered"} <= set(doc["folds"][0])
+            "point_mape", "point_answered"} <= set(one["folds"][0])
     assert (result.folds["point_answered"] == 0).all()  # a k never measured: no point fit
     with pytest.raises(InputError, match="exists"):
-        result.to_json(path)
+        validate.write_json(path, [result])
+
+
+def test_loo_fits_the_whole_sweep_once_and_compares_variants(table, mocked):
+    results = [validate.run(table, variant, ["loo"], sampler="pymc", draws=20, chains=2,
+                            progressbar=False) for variant in ("hierarchical", "dense")]
+    measured = int((~table["saturated"]).sum())
+    for result in results:
+        assert result.folds.empty and result.points.empty and result.splits.empty
+        assert result.loo["points"] == measured and np.isfinite(result.loo["elpd_loo"])
+        assert 0 <= result.loo["pareto_k_over_1"] <= result.loo["pareto_k_over_07"] <= measured
+        assert result.loo["converged"] is False  # prior draws
+    comparison = validate.compare(results)
+    assert list(comparison["rank"]) == [0, 1]
+    assert set(comparison["variant"]) == {"hierarchical", "dense"}
+    assert comparison["elpd_loo"].is_monotonic_decreasing
+    assert comparison["elpd_diff"].iloc[0] == 0 and comparison["elpd_diff"].iloc[1] >= 0
+    with pytest.raises(InputError, match="two or more"):
+        validate.compare(results[:1])
+
+
+def _ranking(diff, dse, shaky=(0, 0), converged=True):
+    return pd.DataFrame({"variant": ["capacity", "hierarchical"], "rank": [0, 1],
+                         "elpd_loo": [10.0, 10.0 - diff], "se": [3.0, 3.0], "p_loo": [5.0, 4.0],
+                         "elpd_diff": [0.0, diff], "dse": [0.0, dse], "points": [100, 100],
+                         "pareto_k_over_07": list(shaky), "pareto_k_over_1": [0, 0],
+                         "converged": [True, converged]})
+
+
+def test_the_choice_names_a_variant_only_when_its_lead_is_clear():
+    assert validate.choice(_ranking(30.0, 5.0)).startswith("PSIS-LOO prefers capacity")
+    close = validate.choice(_ranking(6.0, 5.0))
+    assert close.startswith("no clear choice") and "6.0 ± 5.0" in close
+    shaky = validate.choice(_ranking(30.0, 5.0, shaky=(7, 0)))
+    assert "unreliable at 7 of 100 points of capacity" in shaky and "hierarchical" not in (
+        shaky.split("unreliable")[1])
+    assert "converge" not in shaky
+    assert validate.choice(_ranking(30.0, 5.0, converged=False)).endswith(
+        "the fit of hierarchical did not converge: refit with more draws before relying on this")
 
 
 def test_the_verb_prints_a_table_per_split_and_refuses_to_overwrite(sweep, tmp_path, mocked):
@@ -159,6 +199,19 @@ def test_the_verb_prints_a_table_per_split_and_refuses_to_overwrite(sweep, tmp_p
     assert out.read_bytes() == before
 
 
+def test_the_verb_compares_variants_by_loo(sweep, tmp_path, mocked):
+    out = tmp_path / "v.json"
+    result = runner.invoke(app, ["validate", str(sweep), "--model", "hierarchical,dense",
+                                 "--split", "loo", "--sampler", "pymc", "--draws", "20",
+                                 "--chains", "2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "PSIS-LOO of the whole sweep" in result.output and "Held out" not in result.output
+    assert "PSIS-LOO prefers" in result.output or "no clear choice" in result.output
+    doc = json.loads(out.read_text())
+    assert [v["variant"] for v in doc["variants"]] == ["hierarchical", "dense"]
+    assert len(doc["comparison"]) == 2 and doc["choice"]
+
+
 def test_a_per_configuration_variant_is_refused_splits_of_whole_configurations(table):
     with pytest.raises(InputError, match="only configurations it was fitted on"):
         validate.run(table, "dense", ["top-rate", "k"], sampler="pymc", draws=10)
@@ -167,6 +220,8 @@ def test_a_per_configuration_variant_is_refused_splits_of_whole_configurations(t
 @pytest.mark.parametrize(("args", "message"), [
     (["--split", "rates"], "unknown split"),
     (["--model", "gaussian"], "unknown model"),
+    (["--model", "hierarchical,gaussian"], "unknown model"),
+    (["--model", "dense", "--split", "k"], "only configurations it was fitted on"),
 ])
 def test_bad_options_are_one_line_errors_before_any_fit(sweep, tmp_path, args, message):
     result = runner.invoke(app, ["validate", str(sweep), "-o", str(tmp_path / "v.json"), *args])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -20,14 +21,16 @@ COVERAGE_90 = (0.85, 0.95)
 def command(
     data: Path | None = typer.Argument(None, help="Sweep table (Parquet or tidy CSV); default: "
                                        "the shipped example data/example/sweep.parquet."),
-    model: str = typer.Option("hierarchical", "--model", help="Variant to validate (as for "
-                              "bayeslat fit)."),
+    model: str = typer.Option("hierarchical", "--model", help="Variants to validate, "
+                              "comma-separated (as for bayeslat fit); with the loo split, two "
+                              "or more are compared."),
     split: str = typer.Option("top-rate,alpha,k,workload,verifier", "--split",
-                              help="Splits, comma-separated: top-rate (each configuration's "
+                              help="Checks, comma-separated: top-rate (each configuration's "
                               "highest constant rate), alpha, k, workload, verifier (a fold per "
-                              "value)."),
+                              "value), loo (no fold: the whole sweep fitted once and scored by "
+                              "PSIS-LOO)."),
     output: Path | None = typer.Option(None, "-o", "--output", help="JSON of every figure; "
-                                       "default reports/<data>-<model>-validation.json."),
+                                       "default reports/<data>-<models>-validation.json."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing file."),
     draws: int | None = options.DRAWS,
     tune: int = options.TUNE,
@@ -40,6 +43,8 @@ def command(
     """Held-out prediction: for each fold of each split, refit the model without the fold's
     rows and predict them; print MAPE and R² of the predictive median and the share of the
     measured points inside their 50% and 90% predictive intervals, per fold and per split.
+    With the loo check, fit the whole sweep once and print its PSIS-LOO (several variants:
+    ranked, with the choice it implies).
 
     A calibrated model puts about 50% and 90% of held-out points inside those intervals; every
     fold is a full fit (its convergence is shown beside its scores).
@@ -50,36 +55,78 @@ def command(
     from bayeslat.scaling import ScalingConfig
 
     splits = [s.strip() for s in split.split(",") if s.strip()]
-    unknown = [s for s in splits if s not in validate.SPLITS]
+    unknown = [s for s in splits if s not in validate.CHECKS]
     if unknown or not splits:
         raise InputError(f"unknown split {', '.join(unknown) or '(none)'}; use one or more of "
-                         f"{', '.join(validate.SPLITS)}", field="--split")
-    get(model)  # an unknown variant: refused here, before the data are read
+                         f"{', '.join(validate.CHECKS)}", field="--split")
+    variants = list(dict.fromkeys(m.strip() for m in model.split(",") if m.strip()))
+    for variant in variants or [""]:
+        get(variant)  # an unknown variant: refused here, before the data are read
     data = data if data is not None else fit.EXAMPLE
-    output = output or Path("reports") / f"{data.stem}-{model}-validation.json"
+    output = output or Path("reports") / f"{data.stem}-{'+'.join(variants)}-validation.json"
     if output.exists() and not overwrite:
         raise InputError("the file exists; pass --overwrite to replace it or choose another "
                          "name with -o", output)
     table = schema.read_table(data)
     cfg = ScalingConfig.load(config) if config is not None else None
-    for name in splits:  # refuse a split the sweep cannot support before any fit
-        validate.folds(table, name)
+    for variant in variants:  # refuse what the sweep or a variant cannot support before any fit
+        validate.check(table, variant, splits)
     quiet_pymc()
     console = make_console()
+    results = []
     with console.status("validating") as status:
-        result = validate.run(table, model, splits, config=cfg, seed=seed,
-                              status=lambda msg: status.update(escape(msg)), draws=draws,
-                              tune=tune, chains=chains, sampler=sampler, exact=exact,
-                              progressbar=True)
-    for name in splits:
-        console.print(_split_table(result, name))
-    result.to_json(output, overwrite=overwrite)
-    unconverged = int((~result.folds["converged"]).sum())
+        for variant in variants:
+            results.append(validate.run(
+                table, variant, splits, config=cfg, seed=seed,
+                status=lambda msg: status.update(escape(msg)), draws=draws, tune=tune,
+                chains=chains, sampler=sampler, exact=exact, progressbar=True))
+    for result in results:
+        for name in splits:
+            if name != validate.LOO:
+                console.print(_split_table(result, name))
+    comparison = None
+    if validate.LOO in splits:
+        if len(results) > 1:
+            comparison = validate.compare(results)
+        console.print(_loo_table(results, comparison))
+        if comparison is not None:
+            console.print(escape(validate.choice(comparison)))
+    validate.write_json(output, results, comparison, overwrite=overwrite)
+    fits = [r.folds for r in results] + [pd.DataFrame([r.loo]) for r in results if r.loo]
+    fits = pd.concat(fits, ignore_index=True)
+    unconverged = int((~fits["converged"].astype(bool)).sum())
     if unconverged:
-        console.print(f"[yellow]warning:[/] {unconverged} of {len(result.folds)} refits did not "
+        console.print(f"[yellow]warning:[/] {unconverged} of {len(fits)} fits did not "
                       "converge; their scores may reflect the sampler, not the model (try "
                       "more --tune or --draws)")
     console.print(f"wrote {output}")
+
+
+def _loo_table(results, comparison) -> Table:
+    """PSIS-LOO per variant: ranked when compared, with the Pareto k counts and convergence."""
+    from bayeslat.models.base import PARETO_K
+
+    table = Table(title="PSIS-LOO of the whole sweep", title_justify="left",
+                  caption="elpd: expected log predictive density of the measured points, each "
+                  "as if left out (higher is better; ± its standard error); Δ: behind the "
+                  f"best; Pareto k > {PARETO_K:g}: points where the estimate is unreliable "
+                  "(yellow: any, or not converged)", caption_justify="left")
+    for header in ("variant", "elpd", "p_loo", "Δ elpd", f"Pareto k > {PARETO_K:g}",
+                   "converged", "fit (s)"):
+        table.add_column(header, justify="left" if header == "variant" else "right")
+    order = (list(comparison["variant"]) if comparison is not None
+             else [r.variant for r in results if r.loo])
+    ranked = comparison.set_index("variant") if comparison is not None else None
+    for variant in order:
+        loo = next(r.loo for r in results if r.variant == variant)
+        diff = (f"{ranked.loc[variant, 'elpd_diff']:.1f} ± {ranked.loc[variant, 'dse']:.1f}"
+                if ranked is not None else "–")
+        shaky = loo["pareto_k_over_07"]
+        table.add_row(variant, f"{loo['elpd_loo']:.1f} ± {loo['se']:.1f}",
+                      f"{loo['p_loo']:.1f}", diff, f"{shaky} of {loo['points']}",
+                      "yes" if loo["converged"] else "no", f"{loo['seconds']:.0f}",
+                      style="yellow" if shaky or not loo["converged"] else None)
+    return table
 
 
 def _split_table(result, name: str) -> Table:

@@ -55,6 +55,8 @@ FORMAT = 3
 BARRIER_WIDTH = 0.002
 # The group of a saved fit that holds its PSIS-LOO (psis_loo).
 LOO_GROUP = "psis_loo"
+# Pareto k above which PSIS cannot estimate a point's left-out density (Vehtari et al., 2024).
+PARETO_K = 0.7
 # Columns a table of new rows needs for predict (moe columns default to 0: dense).
 PREDICT_COLUMNS = schema.GROUP_COLUMNS + ("verifier_params_b", "method", "drafter",
                                           "drafter_params_b", "alpha", "k", "rps")

@@ -10,7 +10,7 @@ import pandas as pd
 
 from bayeslat import fit
 from bayeslat.errors import FitError
-from bayeslat.models.base import psis_loo
+from bayeslat.models.base import PARETO_K, psis_loo
 from bayeslat.report import page
 
 # Parameters listed in the table of the least converged ones.
@@ -94,10 +94,10 @@ def loo_table(models: dict) -> pd.DataFrame:
             loo = psis_loo(model.idata)
         except (TypeError, ValueError, KeyError, FitError) as exc:
             rows.append({"model": name, "elpd_loo": np.nan, "se": np.nan, "p_loo": np.nan,
-                         "points with k > 0.7": f"not available ({exc})"})
+                         f"points with k > {PARETO_K:g}": f"not available ({exc})"})
             continue
         rows.append({"model": name, "elpd_loo": loo.elpd_loo, "se": loo.se, "p_loo": loo.p_loo,
-                     "points with k > 0.7": str(int((loo.pareto_k > 0.7).sum()))})
+                     f"points with k > {PARETO_K:g}": str(int((loo.pareto_k > PARETO_K).sum()))})
     return pd.DataFrame(rows)
 
 
