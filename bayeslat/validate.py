@@ -32,10 +32,17 @@ and one check that leaves nothing out:
 
 Scores per fold and per split (:func:`score`): MAPE and R² of the predictive median against the
 measured latency, and the share of measured points inside their 50% and 90% predictive intervals
-(about 0.5 and 0.9 when the model is calibrated there). Beside them, the paper's point method
-(:func:`point_fit`: SciPy ``curve_fit`` of ``C1``, ``C2`` per configuration on the same training
-rows), which answers only for configurations the fit saw (the ``top-rate`` split) and says
-where it extrapolates past its own saturation.
+(about 0.5 and 0.9 when the model is calibrated there). Then the decisions on the held-out part
+against the decisions of the whole sweep's fit (:func:`decision_cells`, :func:`decision_score`):
+the risk-aware k* of :mod:`bayeslat.decide` at each (setup, alpha, load) cell of the held-out
+setups and acceptance rates, on each setup's own load grid, and the posterior median of RPS*
+per (setup, alpha, k) where both fits say it exists in most draws. Beside them, the paper's
+two point methods on the same training rows: SciPy ``curve_fit`` of ``C1``, ``C2`` per
+configuration (:func:`point_fit`), which answers only for configurations the fit saw (the
+``top-rate`` split), and least squares of the six per-stage coefficients per group
+(:func:`coefficient_fit`), which also answers for acceptance rates and draft lengths never
+measured, but not for workloads or verifiers; both say where they extrapolate past their own
+saturation.
 """
 
 from __future__ import annotations
@@ -48,14 +55,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import xarray as xr
 
-from bayeslat import adequacy, fit, theory
+from bayeslat import adequacy, decide, fit, theory
 from bayeslat.data import schema
 from bayeslat.errors import InputError
 from bayeslat.files import atomic_output
 from bayeslat.models import get
-from bayeslat.models.base import PARETO_K, psis_loo
-from bayeslat.models.start import curve_fits
+from bayeslat.models.base import BARRIER_WIDTH, PARETO_K, psis_loo
+from bayeslat.models.start import curve_fits, floor_positive, linear_fits, stage_coefficients
 
 SPLITS = ("top-rate", "alpha", "k", "workload", "verifier")
 # The check without folds (PSIS-LOO of one fit of the whole sweep), named like a split.
@@ -63,6 +71,8 @@ LOO = "loo"
 CHECKS = (*SPLITS, LOO)
 # A variant is clearly ahead when its lead in elpd exceeds this many standard errors.
 CLEAR_LEAD_SE = 2.0
+# RPS* of a held-out fit "agrees" within this relative error of the whole sweep's (issue 14).
+RPS_STAR_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,7 @@ def folds(table: pd.DataFrame, split: str) -> list[Fold]:
         constant = ok & (table["strategy"] == "constant").to_numpy()
         labels = schema.config_labels(table)
         top = table[constant].groupby(labels[constant])["rps"].idxmax()
-        return [Fold(split, "each configuration's highest constant rate",
+        return [Fold(split, "each configuration's top rate",
                      table.index.isin(top.to_numpy()))]
     if split == "alpha":
         values, column, words = table["alpha"].where(sd), "alpha", "alpha {:g}"
@@ -136,6 +146,75 @@ def point_fit(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
     return np.where(coef["C1"].isna().to_numpy(), np.nan, latency)  # not an infinite latency
 
 
+def coefficient_fit(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
+    """The paper's coefficient method: each group's six per-stage coefficients
+    (:func:`bayeslat.theory.effective_coefficients`: ``c1p, c1v, c2p, c2v`` of the group,
+    ``c1d, c2d`` of each of its drafters) by least squares of ``log L`` over the group's
+    unsaturated ``train`` rows, every configuration at once, then ``C1/(1 − rps·C2)`` of each
+    ``test`` row. It predicts acceptance rates and draft lengths it never measured; NaN for a
+    group (or a group's drafter) not in ``train``, ``inf`` at or past the fitted saturation.
+    Started, as the hierarchical fit is, from per-configuration linear fits mapped onto the
+    coefficients by non-negative least squares
+    (:func:`~bayeslat.models.start.stage_coefficients`)."""
+    train = train[~train["saturated"].to_numpy(bool)]
+    out = np.full(len(test), np.nan)
+    test_groups = schema.group_labels(test).to_numpy()
+    for group, rows in train.groupby(schema.group_labels(train)):
+        drafts = pd.Index(pd.unique(rows.loc[rows["k"] > 0, "drafter"]))
+        theta = _coefficient_fit(rows, drafts)
+        mine = (test_groups == group) & ((test["k"] == 0) | test["drafter"].isin(drafts)).to_numpy()
+        if theta is not None and mine.any():
+            c1, c2 = _coefficients(theta, test[mine], drafts)
+            out[mine] = theory.latency(test.loc[mine, "rps"].to_numpy(float), c1, c2)
+    return out
+
+
+def _coefficients(theta: np.ndarray, rows: pd.DataFrame, drafts: pd.Index):
+    """``C1``, ``C2`` of ``rows`` from one group's coefficients ``theta``: ``c1p, c1v, c2p,
+    c2v``, then ``c1d, c2d`` per drafter of ``drafts``."""
+    k = rows["k"].to_numpy(float)
+    d = np.maximum(drafts.get_indexer(rows["drafter"]), 0)
+    c1d, c2d = (theta[4::2][d], theta[5::2][d]) if len(drafts) else (0.0, 0.0)
+    alpha = np.where(k > 0, rows["alpha"].fillna(0.0).to_numpy(float), 0.0)
+    return theory.effective_coefficients(theta[0], theta[1], c1d, theta[2], theta[3], c2d,
+                                         alpha, k, rows["decode_tokens"].to_numpy(float))
+
+
+def _coefficient_fit(rows: pd.DataFrame, drafts: pd.Index) -> np.ndarray | None:
+    """One group's coefficients (:func:`coefficient_fit`), or None where least squares fails."""
+    from scipy.optimize import least_squares
+
+    codes, _ = pd.factorize(schema.config_labels(rows))
+    lines = linear_fits(codes, rows["rps"].to_numpy(float), rows["latency_mean"].to_numpy(float))
+    first = rows.groupby(codes).first().loc[lines.index]
+    k = first["k"].to_numpy(float)
+    cycles = first["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
+        np.where(k > 0, first["alpha"].fillna(0.0).to_numpy(float), 0.0), k)
+    d = np.maximum(drafts.get_indexer(first["drafter"]), 0)
+    (c1p, c1v, c1d), (c2p, c2v, c2d) = (
+        stage_coefficients(cycles, cycles * k, d, lines[stage].to_numpy(), len(drafts))
+        for stage in ("C1", "C2"))
+    theta0 = floor_positive(np.concatenate([[c1p, c1v, c2p, c2v],
+                                            np.column_stack([c1d, c2d]).ravel()]))
+    y, rps = np.log(rows["latency_mean"].to_numpy(float)), rows["rps"].to_numpy(float)
+
+    def residual(log_theta):
+        c1, c2 = _coefficients(np.exp(log_theta), rows, drafts)
+        # below BARRIER_WIDTH of headroom log(1 − rps·C2) goes on linearly: a residual that
+        # grows smoothly past saturation and pushes C2 back, never a flat region
+        room = 1.0 - rps * c2
+        log_room = np.where(room > BARRIER_WIDTH, np.log(np.maximum(room, BARRIER_WIDTH)),
+                            np.log(BARRIER_WIDTH) + (room - BARRIER_WIDTH) / BARRIER_WIDTH)
+        return np.log(c1) - log_room - y
+
+    x0 = np.log(theta0)
+    try:  # within e^±15 of the start: a coefficient the data cannot see stays finite
+        fit_ = least_squares(residual, x0, bounds=(x0 - 15, x0 + 15), x_scale="jac")
+    except (ValueError, np.linalg.LinAlgError):
+        return None
+    return np.exp(fit_.x) if fit_.success else None
+
+
 def score(points: pd.DataFrame) -> dict:
     """MAPE and R² of the predictive median, and 50% and 90% coverage, of held-out points
     (rows of :func:`bayeslat.adequacy.held_out`). MAPE and R² are over the points whose
@@ -149,21 +228,107 @@ def score(points: pd.DataFrame) -> dict:
             "r2": float(1.0 - residual / total) if total > 0 else float("nan"),
             "inside_50": float(points["in50"].mean()) if len(points) else float("nan"),
             "inside_90": float(points["in90"].mean()) if len(points) else float("nan"),
-            "saturated": int((~finite).sum())} | _point_score(points)
+            "saturated": int((~finite).sum())} | _point_score(points, "point") | _point_score(
+                points, "coef")
 
 
-def _point_score(points: pd.DataFrame) -> dict:
-    """The paper's point method on the same points: MAPE where it answers with a finite
-    latency, and on how many points it answers at all (NaN: a configuration never measured)
-    and how many it puts past saturation."""
-    if "point_fit" not in points:
+def _point_score(points: pd.DataFrame, method: str) -> dict:
+    """One of the paper's point methods on the same points (column ``<method>_fit``:
+    ``point``, :func:`point_fit`; ``coef``, :func:`coefficient_fit`): MAPE where it answers
+    with a finite latency, on how many points it answers at all (NaN: a configuration or group
+    never measured) and how many it puts past saturation."""
+    if f"{method}_fit" not in points:
         return {}
-    pred = points["point_fit"].to_numpy(float)
+    pred = points[f"{method}_fit"].to_numpy(float)
     finite = np.isfinite(pred)
     ape = np.abs(pred[finite] / points["latency_mean"].to_numpy(float)[finite] - 1)
-    return {"point_mape": float(ape.mean()) if finite.any() else float("nan"),
-            "point_answered": int((~np.isnan(pred)).sum()),
-            "point_saturated": int(np.isinf(pred).sum())}
+    return {f"{method}_mape": float(ape.mean()) if finite.any() else float("nan"),
+            f"{method}_answered": int((~np.isnan(pred)).sum()),
+            f"{method}_saturated": int(np.isinf(pred).sum())}
+
+
+def decision_cells(model, table: pd.DataFrame, fold: Fold, loads: dict,
+                   seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The decisions of ``model`` on the held-out part of ``fold``: the setups and acceptance
+    rates of its SD rows (every measured k to choose from), on each setup's load grid
+    ``loads`` (:func:`bayeslat.decide.default_loads` of the whole sweep's fit).
+
+    Returns
+    -------
+    ``(k_star, rps_star)``: the risk-aware k* per (setup, alpha, rps) cell with the posterior
+    expected latency of every k there (columns ``latency_k<k>``, s), and the posterior median
+    of RPS* with the share of draws in which it exists (``p_break_even``) per
+    (setup, alpha, k > 0).
+    """
+    held = table[fold.drop & (table["k"] > 0).to_numpy()]
+    alphas = np.sort(held["alpha"].unique())
+    ks = np.sort(table.loc[table["k"] > 0, "k"].unique()).astype(int)
+    k_star, rps_star = [], []
+    for i, label in enumerate((chosen := decide.setups(held))["setup"]):
+        ds = decide.from_model(model, chosen.iloc[[i]], alphas, ks, loads[label], seed=seed)
+        latency = ds["expected_latency"].to_series().unstack("k").add_prefix("latency_k")
+        k_star.append(ds["k_risk"].to_dataframe().join(latency).reset_index())
+        star = xr.merge([ds["rps_star"].sel(stat="q50", drop=True), ds["p_break_even"]])
+        rps_star.append(star.to_dataframe().reset_index().query("k > 0"))
+    if not k_star:  # no SD rows held out (a baseline-only sweep): nothing to decide
+        return (pd.DataFrame(columns=["setup", "alpha", "rps", "k_risk"]),
+                pd.DataFrame(columns=["setup", "alpha", "k", "rps_star", "p_break_even"]))
+    return pd.concat(k_star, ignore_index=True), pd.concat(rps_star, ignore_index=True)
+
+
+def decision_score(fold_cells, full_cells) -> tuple[dict, pd.DataFrame]:
+    """How the decisions of a fit without the fold (``fold_cells``, :func:`decision_cells`)
+    agree with the whole sweep's (``full_cells``): the share of (setup, alpha, load) cells
+    with the same k*, and the regret of the fold's k* where it differs (its expected latency
+    over that of the whole sweep's k*, both by the whole sweep's fit, minus 1: near-ties cost
+    little), and the share of RPS* pairs (both existing in most draws) within
+    :data:`RPS_STAR_TOLERANCE`; also how often the two agree on whether RPS* exists.
+
+    Returns the scores and the cells, one row per compared quantity (``kind`` ``k_star`` or
+    ``rps_star``, the fold's and the full fit's values, whether they agree, and the regret
+    or the relative ``error``)."""
+    keys = {"k_star": ["setup", "alpha", "rps"], "rps_star": ["setup", "alpha", "k"]}
+    full_k = full_cells[0]
+    k = fold_cells[0][keys["k_star"] + ["k_risk"]].merge(
+        full_k, on=keys["k_star"], suffixes=("", "_full"))
+    k = k.rename(columns={"k_risk": "fold", "k_risk_full": "full"}).assign(kind="k_star")
+    k["agree"] = k["fold"] == k["full"]
+    k["regret"] = _expected(k, "fold") / _expected(k, "full") - 1.0
+    k = k.drop(columns=[c for c in k if c.startswith("latency_k")])
+    star = fold_cells[1].merge(full_cells[1], on=keys["rps_star"], suffixes=("", "_full"))
+    exists = (star["p_break_even"] > 0.5).to_numpy(), (star["p_break_even_full"] > 0.5).to_numpy()
+    star = star[exists[0] & exists[1]].rename(columns={"rps_star": "fold",
+                                                       "rps_star_full": "full"})
+    error = np.abs(star["fold"] / star["full"] - 1)
+    star = star.assign(kind="rps_star", agree=error <= RPS_STAR_TOLERANCE, error=error)
+    cells = pd.concat([k, star.drop(columns=["p_break_even", "p_break_even_full"])],
+                      ignore_index=True)
+    agree = float((exists[0] == exists[1]).mean()) if len(exists[0]) else float("nan")
+    return _decision_figures(cells) | {"rps_star_exists_agree": agree}, cells
+
+
+def _expected(cells: pd.DataFrame, which: str) -> np.ndarray:
+    """The whole sweep's expected latency (columns ``latency_k<k>``) at the k in ``which``;
+    NaN where that k is NaN (no k eligible)."""
+    out = np.full(len(cells), np.nan)
+    for column in (c for c in cells if c.startswith("latency_k")):
+        rows = (cells[which] == int(column.removeprefix("latency_k"))).to_numpy()
+        out[rows] = cells.loc[rows, column].to_numpy(float)
+    return out
+
+
+def _decision_figures(cells: pd.DataFrame) -> dict:
+    """k* agreement and regret, and RPS* error, over compared cells (rows of
+    :func:`decision_score`)."""
+    k, star = cells[cells["kind"] == "k_star"], cells[cells["kind"] == "rps_star"]
+    nan = float("nan")
+    regret = k["regret"].to_numpy(float) if len(k) else np.array([])
+    return {"k_cells": int(len(k)), "k_agree": float(k["agree"].mean()) if len(k) else nan,
+            "k_regret_mean": float(np.nanmean(regret)) if np.isfinite(regret).any() else nan,
+            "k_regret_max": float(np.nanmax(regret)) if np.isfinite(regret).any() else nan,
+            "rps_star_pairs": int(len(star)),
+            "rps_star_within": float(star["agree"].mean()) if len(star) else nan,
+            "rps_star_error": float(star["error"].median()) if len(star) else nan}
 
 
 def loo_figures(elpd) -> dict:
@@ -187,6 +352,7 @@ class Validation:
     variant: str
     points: pd.DataFrame
     folds: pd.DataFrame
+    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
     loo: dict | None = None
     elpd: object = field(default=None, repr=False)
     splits: pd.DataFrame = field(init=False)
@@ -195,13 +361,20 @@ class Validation:
         names = pd.unique(self.folds["split"]) if len(self.folds) else []
         self.splits = pd.DataFrame([
             {"split": name, "folds": int((self.folds["split"] == name).sum())}
-            | score(self.points[self.points["split"] == name]) for name in names])
+            | score(self.points[self.points["split"] == name]) | self._decided(name)
+            for name in names])
+
+    def _decided(self, split: str) -> dict:
+        """The decision scores of ``split`` over all its folds' cells."""
+        if self.decisions.empty:
+            return {}
+        return _decision_figures(self.decisions[self.decisions["split"] == split])
 
     def doc(self) -> dict:
-        """Every figure (splits, folds, points, loo) as JSON-ready records."""
+        """Every figure (splits, folds, points, decisions, loo) as JSON-ready records."""
         return {"variant": self.variant, "loo": self.loo,
                 **{name: json.loads(getattr(self, name).to_json(orient="records"))
-                   for name in ("splits", "folds", "points")}}
+                   for name in ("splits", "folds", "points", "decisions")}}
 
 
 def compare(results: list[Validation]) -> pd.DataFrame:
@@ -284,7 +457,7 @@ def check(table: pd.DataFrame, variant: str, splits) -> list[Fold]:
 
 
 def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: int = 0,
-        status=None, **sampling) -> Validation:
+        status=None, decisions: bool = True, **sampling) -> Validation:
     """Refit ``variant`` once per fold of each split and score its held-out predictions.
 
     Parameters
@@ -298,6 +471,9 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
         Names from :data:`CHECKS`; all are checked before the first fit (:func:`check`).
     status
         Optional callable taking a one-line message about the current fold.
+    decisions
+        Also score each fold's decisions against the whole sweep's fit (one fit more, shared
+        with the ``loo`` check; :func:`decision_score`).
     sampling
         Passed to :func:`bayeslat.fit.sample` (``draws``, ``tune``, ``chains``, ``sampler``,
         ``exact``, ``progressbar``).
@@ -315,20 +491,31 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
                        "min_ess_bulk": diag.min_ess_bulk, "divergences": diag.divergences,
                        "seconds": round(diag.seconds, 1)}
 
-    points, rows = [], []
+    loo = elpd = full = None
+    if LOO in splits or (decisions and todo):
+        say(f"{variant}: the whole sweep (PSIS-LOO, the decisions held-out fits are scored on)")
+        full, full_diag = fitted(table)
+        if LOO in splits:
+            elpd = psis_loo(full.idata)
+            loo = loo_figures(elpd) | full_diag
+        loads = decide.default_loads(full, decide.setups(table), seed=seed) if decisions else {}
+    points, rows, cells = [], [], []
     for i, one in enumerate(todo):
         say(f"{variant}, fold {i + 1} of {len(todo)}: {one.split}, without {one.held_out}")
         model, diag = fitted(table[~one.drop])
         test = table[one.scored(table)].reset_index(drop=True)
         held = adequacy.held_out(model, test, seed).assign(
-            split=one.split, held_out=one.held_out, point_fit=point_fit(model.source, test))
+            split=one.split, held_out=one.held_out, point_fit=point_fit(model.source, test),
+            coef_fit=coefficient_fit(model.source, test))
         points.append(held)
-        rows.append({"split": one.split, "held_out": one.held_out} | score(held) | diag)
-    loo = elpd = None
-    if LOO in splits:
-        say(f"{variant}: the whole sweep, for PSIS-LOO")
-        model, diag = fitted(table)
-        elpd = psis_loo(model.idata)
-        loo = loo_figures(elpd) | diag
+        decided = {}
+        if decisions:
+            decided, compared = decision_score(decision_cells(model, table, one, loads, seed),
+                                               decision_cells(full, table, one, loads, seed))
+            cells.append(compared.assign(split=one.split, held_out=one.held_out))
+        rows.append({"split": one.split, "held_out": one.held_out} | score(held) | decided
+                    | diag)
     return Validation(variant, pd.concat(points, ignore_index=True) if points else
-                      pd.DataFrame(), pd.DataFrame(rows), loo, elpd)
+                      pd.DataFrame(), pd.DataFrame(rows),
+                      pd.concat(cells, ignore_index=True) if cells else pd.DataFrame(), loo,
+                      elpd)

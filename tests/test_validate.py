@@ -128,6 +128,20 @@ def test_the_paper_s_point_fit_predicts_measured_configurations_only(table):
     assert (scores["point_answered"], scores["point_saturated"]) == (2, 1)
 
 
+def test_the_paper_s_six_coefficients_predict_draft_lengths_never_measured(table):
+    (k4,) = [f for f in validate.folds(table, "k") if f.held_out == "k = 4"]
+    train, test = table[~k4.drop], table[k4.scored(table)]
+    pred = validate.coefficient_fit(train, test)
+    # the model sampler draws from the paper's model itself (2% scatter): the six
+    # coefficients fitted on k = 2 and the baseline predict k = 4 within a few percent
+    ape = np.abs(pred / test["latency_mean"].to_numpy() - 1)
+    assert np.isfinite(pred).all() and np.median(ape) < 0.05, np.median(ape)
+    # a workload never measured: no group to take the coefficients from
+    unseen = (test["prefill_tokens"] == 512).to_numpy()
+    pred = validate.coefficient_fit(train[train["prefill_tokens"] != 512], test)
+    assert np.isnan(pred[unseen]).all() and np.isfinite(pred[~unseen]).all()
+
+
 def test_run_scores_every_fold_and_writes_its_json(table, tmp_path, mocked):
     result = validate.run(table, "hierarchical", ["k"], sampler="pymc", draws=10, chains=2,
                           progressbar=False)
@@ -143,8 +157,53 @@ def test_run_scores_every_fold_and_writes_its_json(table, tmp_path, mocked):
     assert {"mape", "r2", "inside_50", "inside_90", "converged", "max_rhat",
             "point_mape", "point_answered"} <= set(one["folds"][0])
     assert (result.folds["point_answered"] == 0).all()  # a k never measured: no point fit
+    assert (result.folds["coef_answered"] == result.folds["points"]).all()  # the six do
     with pytest.raises(InputError, match="exists"):
         validate.write_json(path, [result])
+
+
+def test_each_fold_s_decisions_are_scored_against_the_whole_sweep_s(table, mocked):
+    result = validate.run(table, "hierarchical", ["alpha"], sampler="pymc", draws=20,
+                          chains=2, progressbar=False)
+    cells = result.decisions
+    assert set(cells["held_out"]) == {"alpha 0.6", "alpha 0.9"}
+    k = cells[(cells["kind"] == "k_star") & (cells["held_out"] == "alpha 0.6")]
+    # every setup of the held-out alpha (4 workloads, one drafter) on its 12-load grid
+    assert len(k) == 4 * 12 and set(k["alpha"]) == {0.6}
+    assert set(k["fold"].dropna()) <= {0, 2, 4} and set(k["full"].dropna()) <= {0, 2, 4}
+    fold = result.folds.set_index("held_out").loc["alpha 0.6"]
+    assert fold["k_cells"] == len(k) and fold["k_agree"] == pytest.approx(k["agree"].mean())
+    assert (k.loc[k["agree"], "regret"].dropna() == 0).all()  # the same k: no regret
+    star = cells[cells["kind"] == "rps_star"]
+    assert set(star["k"]) <= {2, 4}
+    assert (star["agree"] == (star["error"] <= validate.RPS_STAR_TOLERANCE)).all()
+    split = result.splits.set_index("split").loc["alpha"]
+    assert split["k_cells"] == 2 * 4 * 12
+
+
+def test_decision_score_counts_agreeing_cells_and_rps_star_within_tolerance():
+    k_fold = pd.DataFrame({"setup": ["a"] * 4, "alpha": [0.6] * 4, "rps": [0.0, 1.0, 2.0, 3.0],
+                           "k_risk": [4, 4, 2, 0]})
+    # the whole sweep's expected latency per k at each cell: k = 4 is 2% slower than its k = 2
+    k_full = k_fold.assign(k_risk=[4, 2, 2, 0], latency_k0=[3.0] * 4, latency_k2=[1.0] * 4,
+                           latency_k4=[1.0, 1.02, 1.1, 1.1])
+    s_fold = pd.DataFrame({"setup": ["a"] * 3, "alpha": [0.6] * 3, "k": [1, 2, 4],
+                           "rps_star": [10.0, 20.0, np.nan], "p_break_even": [0.9, 0.9, 0.1]})
+    s_full = s_fold.assign(rps_star=[10.5, 30.0, 5.0], p_break_even=[0.9, 0.9, 0.9])
+    scores, cells = validate.decision_score((k_fold, s_fold), (k_full, s_full))
+    assert scores["k_cells"] == 4 and scores["k_agree"] == 0.75
+    assert scores["k_regret_max"] == pytest.approx(0.02)  # the fold's 4 where the sweep's is 2
+    assert scores["k_regret_mean"] == pytest.approx(0.005)
+    # k = 4: RPS* exists in most draws of the full fit only: not a pair, a disagreement
+    assert scores["rps_star_pairs"] == 2 and scores["rps_star_within"] == 0.5
+    assert scores["rps_star_error"] == pytest.approx((0.05 / 1.05 + 1 / 3) / 2)
+    assert scores["rps_star_exists_agree"] == pytest.approx(2 / 3)
+    assert list(cells["kind"]) == ["k_star"] * 4 + ["rps_star"] * 2
+    # a baseline-only sweep holds out no SD rows: nothing compared, nothing made up
+    scores, cells = validate.decision_score((k_fold.iloc[:0], s_fold.iloc[:0]),
+                                            (k_full.iloc[:0], s_full.iloc[:0]))
+    assert cells.empty and scores["k_cells"] == scores["rps_star_pairs"] == 0
+    assert np.isnan(scores["k_agree"]) and np.isnan(scores["rps_star_within"])
 
 
 def test_loo_fits_the_whole_sweep_once_and_compares_variants(table, mocked):
@@ -192,7 +251,7 @@ def test_the_verb_prints_a_table_per_split_and_refuses_to_overwrite(sweep, tmp_p
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Held out: top-rate" in result.output and "did not converge" in result.output
-    assert "paper" in result.output
+    assert "curve" in result.output and "6 coef." in result.output
     before = out.read_bytes()
     again = runner.invoke(app, args)
     assert again.exit_code == 2 and "--overwrite" in again.output and str(out) in again.output

@@ -42,8 +42,9 @@ def command(
 ) -> None:
     """Held-out prediction: for each fold of each split, refit the model without the fold's
     rows and predict them; print MAPE and R² of the predictive median and the share of the
-    measured points inside their 50% and 90% predictive intervals, per fold and per split.
-    With the loo check, fit the whole sweep once and print its PSIS-LOO (several variants:
+    measured points inside their 50% and 90% predictive intervals, per fold and per split,
+    and how the held-out setups' decisions (k*, RPS*) agree with those of a fit of the whole
+    sweep. With the loo check, fit the whole sweep once and print its PSIS-LOO (several variants:
     ranked, with the choice it implies).
 
     A calibrated model puts about 50% and 90% of held-out points inside those intervals; every
@@ -134,34 +135,50 @@ def _split_table(result, name: str) -> Table:
     table = Table(title=f"Held out: {name} ({result.variant})", title_justify="left",
                   caption=f"MAPE, R²: of the predictive median; in 50%, in 90%: measured points "
                   f"inside the predictive interval (calibrated: about 0.50 and 0.90; yellow "
-                  f"outside {lo}–{hi} or not converged); paper: the MAPE of the paper's "
-                  "per-configuration curve_fit where it predicts a finite latency (–: "
-                  "configurations it never saw)", caption_justify="left")
-    table.add_column("held out", justify="left")
-    for header in ("points", "MAPE", "R²", "in 50%", "in 90%", "paper", "converged", "fit (s)"):
-        table.add_column(header, justify="right")
+                  f"outside {lo}–{hi} or a refit that did not converge, marked *); curve, "
+                  "6 coef.: the MAPE of the paper's point methods where they predict a finite "
+                  "latency, curve_fit of C1 and C2 per "
+                  "configuration and the six coefficients per group (–: configurations, or "
+                  "groups, they never saw); k*, RPS*: the held-out setups' decisions "
+                  "against the whole sweep's fit (share of (setup, alpha, load) cells with "
+                  "the same risk-aware k*, and in brackets the mean regret of the fold's k*, "
+                  "its expected latency by the whole sweep's fit over the best; share of RPS* "
+                  "medians within 10%, of the pairs where both exist); fit s: the refit's "
+                  "seconds", caption_justify="left")
+    table.add_column("held out", justify="left", min_width=16)
+    for header in ("points", "MAPE", "R²", "in 50%", "in 90%", "curve", "6 coef.", "k*",
+                   "RPS*", "fit s"):
+        table.add_column(header, justify="right", no_wrap=True)
     folds = result.folds[result.folds["split"] == name]
     overall = result.splits.set_index("split").loc[name]
-    rows = [(r.held_out, r, "yes" if r.converged else "no", f"{r.seconds:.0f}")
+    rows = [(r.held_out + ("" if r.converged else " *"), r, r.converged, f"{r.seconds:.0f}")
             for r in folds.itertuples()]
     if len(folds) > 1:
-        rows.append(("all folds", overall, "", ""))
+        rows.append(("all folds", overall, True, ""))
     for label, r, converged, seconds in rows:
-        off = not lo <= r.inside_90 <= hi or converged == "no"
+        off = not lo <= r.inside_90 <= hi or not converged
         mape = number(r.mape, "{:.1%}") + (f" ({r.saturated} saturated)" if r.saturated else "")
+        k_star = number(getattr(r, "k_agree", float("nan")))  # absent without decisions
+        if (regret := getattr(r, "k_regret_mean", float("nan"))) == regret:
+            k_star += f" ({regret:.1%})"
+        rps_star = number(getattr(r, "rps_star_within", float("nan")))
+        if pairs := getattr(r, "rps_star_pairs", 0):
+            rps_star += f" of {int(pairs)}"
         table.add_row(label, str(int(r.points)), mape,
                       number(r.r2, "{:.3f}"), number(r.inside_50), number(r.inside_90),
-                      _point(r), converged, seconds, style="yellow" if off else None)
+                      _point(r, "point"), _point(r, "coef"), k_star, rps_star, seconds,
+                      style="yellow" if off else None)
     return table
 
 
-def _point(r) -> str:
-    """The paper's point method on a row of scores: its MAPE, and on how many points it answers
-    and how many it puts past its own saturation."""
-    if not r.point_answered:
+def _point(r, method: str) -> str:
+    """One of the paper's point methods (``point``, ``coef``) on a row of scores: its MAPE, and
+    on how many points it answers and how many it puts past its own saturation."""
+    answered, mape = getattr(r, f"{method}_answered"), getattr(r, f"{method}_mape")
+    if not answered:
         return "–"
-    notes = [f"{r.point_answered} of {r.points}"] if r.point_answered < r.points else []
-    if r.point_saturated:
-        notes.append(f"{r.point_saturated} saturated")
-    text = f"{r.point_mape:.1%}" if r.point_mape == r.point_mape else "–"  # NaN: none finite
+    notes = [f"{answered} of {r.points}"] if answered < r.points else []
+    if saturated := getattr(r, f"{method}_saturated"):
+        notes.append(f"{saturated} saturated")
+    text = f"{mape:.1%}" if mape == mape else "–"  # NaN: none finite
     return text + (f" ({', '.join(notes)})" if notes else "")
