@@ -10,7 +10,9 @@ from bayeslat import compiled
 def test_digamma_matches_scipy_on_both_sides_of_zero():
     positive = np.geomspace(1e-6, 1e8, 3000)
     got = np.array([compiled.digamma(float(x)) for x in positive])
-    np.testing.assert_allclose(got, scipy.special.psi(positive), rtol=1e-13, atol=0)
+    # relative to 1e-12 (measured: 9e-14 at worst, near psi's root at 1.46), and absolutely
+    # there: the last bits of log and tan differ between CPUs and libms
+    np.testing.assert_allclose(got, scipy.special.psi(positive), rtol=1e-12, atol=1e-14)
     # negative non-integers, at least 1e-3 from a pole (the reflection's tan loses digits there)
     negative = -np.linspace(0.001, 40.999, 2000)
     negative = negative[np.abs(negative - np.round(negative)) > 1e-3]
@@ -39,7 +41,7 @@ def test_registered_digamma_is_cacheable_and_gives_the_same_gradient():
     for mode in ("NUMBA", "FAST_COMPILE"):
         fn = model.compile_dlogp(mode=mode)
         grads[mode] = fn(point)
-    np.testing.assert_allclose(grads["NUMBA"], grads["FAST_COMPILE"], rtol=1e-12)
+    np.testing.assert_allclose(grads["NUMBA"], grads["FAST_COMPILE"], rtol=1e-9)
     # the graph really goes through Psi (else the comparison would prove nothing)
     graph = model.compile_dlogp(mode="FAST_COMPILE").f.maker.fgraph
     text = pytensor.printing.debugprint(graph, file="str")
