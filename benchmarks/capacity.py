@@ -43,6 +43,7 @@ from bayeslat import adequacy, decide, fit, validate  # noqa: E402
 from bayeslat.cli.options import quiet_pymc  # noqa: E402
 from bayeslat.data import schema  # noqa: E402
 from bayeslat.models import get  # noqa: E402
+from bayeslat.models.base import PARETO_K, psis_loo  # noqa: E402
 
 EXAMPLE = ROOT / "data" / "example" / "sweep.parquet"
 LLMD = ROOT / "data" / "llmd" / "sweep.csv"
@@ -81,9 +82,10 @@ def part_example(args):
     if len(loo) > 1:
         print(az.compare(loo, ic="loo").round(1).to_string())
     for variant, idata in loo.items():
-        k = az.loo(idata, pointwise=True).pareto_k.values
-        print(f"    {variant}: Pareto k > 0.7 at {(k > 0.7).sum()} of {k.size} points "
-              f"(> 1 at {(k > 1).sum()}): PSIS-LOO is unreliable there")
+        f = validate.loo_figures(psis_loo(idata))
+        print(f"    {variant}: Pareto k > {PARETO_K:g} at {f['pareto_k_over_07']} of "
+              f"{f['points']} points (> 1 at {f['pareto_k_over_1']}): PSIS-LOO is unreliable "
+              "there")
 
 
 def part_holdout(args):
