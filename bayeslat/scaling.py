@@ -105,7 +105,6 @@ DEFAULT_PRIORS: dict[str, Any] = {
     "dense_c1_median": 1.0,
     "dense_c2_median": 0.05,
     # dense-capacity: the same for C3 (s per request: a compute capacity of 50 req/s) and Q
-    # (whose population prior capacity shares)
     "dense_c3_median": 0.02,
     "dense_q_median": 1.0,
     # ... with its own log-scale sd: a Pollaczek–Khinchine factor (1 + c_s²)/2 lies within

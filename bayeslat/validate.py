@@ -62,8 +62,8 @@ from bayeslat.data import schema
 from bayeslat.errors import InputError
 from bayeslat.files import atomic_output
 from bayeslat.models import get
-from bayeslat.models.base import BARRIER_WIDTH, PARETO_K, psis_loo
-from bayeslat.models.start import curve_fits, floor_positive, linear_fits, stage_coefficients
+from bayeslat.models.base import PARETO_K, psis_loo
+from bayeslat.models.start import curve_fits, group_coefficients, group_fit
 
 SPLITS = ("top-rate", "alpha", "k", "workload", "verifier")
 # The check without folds (PSIS-LOO of one fit of the whole sweep), named like a split.
@@ -153,66 +153,18 @@ def coefficient_fit(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
     unsaturated ``train`` rows, every configuration at once, then ``C1/(1 − rps·C2)`` of each
     ``test`` row. It predicts acceptance rates and draft lengths it never measured; NaN for a
     group (or a group's drafter) not in ``train``, ``inf`` at or past the fitted saturation.
-    Started, as the hierarchical fit is, from per-configuration linear fits mapped onto the
-    coefficients by non-negative least squares
-    (:func:`~bayeslat.models.start.stage_coefficients`)."""
+    (:func:`~bayeslat.models.start.group_fit`)."""
     train = train[~train["saturated"].to_numpy(bool)]
     out = np.full(len(test), np.nan)
     test_groups = schema.group_labels(test).to_numpy()
     for group, rows in train.groupby(schema.group_labels(train)):
         drafts = pd.Index(pd.unique(rows.loc[rows["k"] > 0, "drafter"]))
-        theta = _coefficient_fit(rows, drafts)
+        theta = group_fit(rows, drafts)
         mine = (test_groups == group) & ((test["k"] == 0) | test["drafter"].isin(drafts)).to_numpy()
         if theta is not None and mine.any():
-            c1, c2 = _coefficients(theta, test[mine], drafts)
+            c1, c2 = group_coefficients(theta, test[mine], drafts)
             out[mine] = theory.latency(test.loc[mine, "rps"].to_numpy(float), c1, c2)
     return out
-
-
-def _coefficients(theta: np.ndarray, rows: pd.DataFrame, drafts: pd.Index):
-    """``C1``, ``C2`` of ``rows`` from one group's coefficients ``theta``: ``c1p, c1v, c2p,
-    c2v``, then ``c1d, c2d`` per drafter of ``drafts``."""
-    k = rows["k"].to_numpy(float)
-    d = np.maximum(drafts.get_indexer(rows["drafter"]), 0)
-    c1d, c2d = (theta[4::2][d], theta[5::2][d]) if len(drafts) else (0.0, 0.0)
-    alpha = np.where(k > 0, rows["alpha"].fillna(0.0).to_numpy(float), 0.0)
-    return theory.effective_coefficients(theta[0], theta[1], c1d, theta[2], theta[3], c2d,
-                                         alpha, k, rows["decode_tokens"].to_numpy(float))
-
-
-def _coefficient_fit(rows: pd.DataFrame, drafts: pd.Index) -> np.ndarray | None:
-    """One group's coefficients (:func:`coefficient_fit`), or None where least squares fails."""
-    from scipy.optimize import least_squares
-
-    codes, _ = pd.factorize(schema.config_labels(rows))
-    lines = linear_fits(codes, rows["rps"].to_numpy(float), rows["latency_mean"].to_numpy(float))
-    first = rows.groupby(codes).first().loc[lines.index]
-    k = first["k"].to_numpy(float)
-    cycles = first["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
-        np.where(k > 0, first["alpha"].fillna(0.0).to_numpy(float), 0.0), k)
-    d = np.maximum(drafts.get_indexer(first["drafter"]), 0)
-    (c1p, c1v, c1d), (c2p, c2v, c2d) = (
-        stage_coefficients(cycles, cycles * k, d, lines[stage].to_numpy(), len(drafts))
-        for stage in ("C1", "C2"))
-    theta0 = floor_positive(np.concatenate([[c1p, c1v, c2p, c2v],
-                                            np.column_stack([c1d, c2d]).ravel()]))
-    y, rps = np.log(rows["latency_mean"].to_numpy(float)), rows["rps"].to_numpy(float)
-
-    def residual(log_theta):
-        c1, c2 = _coefficients(np.exp(log_theta), rows, drafts)
-        # below BARRIER_WIDTH of headroom log(1 − rps·C2) goes on linearly: a residual that
-        # grows smoothly past saturation and pushes C2 back, never a flat region
-        room = 1.0 - rps * c2
-        log_room = np.where(room > BARRIER_WIDTH, np.log(np.maximum(room, BARRIER_WIDTH)),
-                            np.log(BARRIER_WIDTH) + (room - BARRIER_WIDTH) / BARRIER_WIDTH)
-        return np.log(c1) - log_room - y
-
-    x0 = np.log(theta0)
-    try:  # within e^±15 of the start: a coefficient the data cannot see stays finite
-        fit_ = least_squares(residual, x0, bounds=(x0 - 15, x0 + 15), x_scale="jac")
-    except (ValueError, np.linalg.LinAlgError):
-        return None
-    return np.exp(fit_.x) if fit_.success else None
 
 
 def score(points: pd.DataFrame) -> dict:

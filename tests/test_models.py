@@ -16,7 +16,8 @@ from bayeslat import fit, theory
 from bayeslat.errors import FitError, NumericalError
 from bayeslat.models import VARIANTS, get
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom, psis_loo
-from bayeslat.models.start import MAX_LOAD
+from bayeslat.models.capacity import Q_FLOOR, queue_shift
+from bayeslat.models.start import MAX_LOAD, group_fit
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
 SPEC = SamplerSpec(verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
@@ -99,8 +100,8 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     np.testing.assert_allclose(pred["capacity"], cap)
 
 
-def test_capacity_has_one_population_of_queue_factors_and_a_noncentred_c2d(fitted):
-    """Q per configuration around one population value (no per-group q), and c2d sampled
+def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_noncentred(fitted):
+    """Q per configuration around its group's stage-1 value (no hyperparameters), and c2d sampled
     non-centred by the variant's default config; the paper's variants keep theirs."""
     model, _ = fitted
     post = model.idata.posterior
@@ -110,9 +111,42 @@ def test_capacity_has_one_population_of_queue_factors_and_a_noncentred_c2d(fitte
         return
     assert model.config.noncentered == ("c1p", "c2d")
     assert "z_c2d" in post and "log_c2d" not in post
-    assert post["mu_log_Q"].dims == ("chain", "draw")
     assert post["log_Q_top"].dims == ("chain", "draw", "config")
-    assert "q" not in post and "tau_q" not in post
+    assert "q" not in post and "tau_q" not in post and "mu_log_Q" not in post
+    # centred on its group's stage-1 value, floored: the start sits there
+    groups = model.queue_factors()
+    assert set(groups.index) == set(model.rows["group"]) and (groups >= np.log(Q_FLOOR)).all()
+    start = model.start()
+    log_q = start["log_Q_top"] - queue_shift(start["log_C3"], np.log(model.top_rates()))
+    np.testing.assert_allclose(
+        log_q, groups.reindex(model.rows.drop_duplicates("config")["group"]).to_numpy())
+
+
+def test_group_fit_recovers_the_queue_factor_of_a_wall_curve():
+    """start.group_fit with the queue's wait: the six coefficients and Q of curves drawn
+    from the capacity form itself (1% noise, one outlier the robust loss ignores)."""
+    rng = np.random.default_rng(0)
+    theta = dict(c1p=0.2, c1v=0.004, c1d=0.001, c2p=0.002, c2v=0.0001, c2d=0.00005)
+    configs = [(np.nan, 0)] + [(a, k) for a in (0.6, 0.9) for k in (2, 4)]
+    rows = []
+    for alpha, k in configs:
+        c1, c2 = theory.effective_coefficients(*theta.values(), 0.0 if k == 0 else alpha, k,
+                                               128.0)
+        c3 = 0.4 * c2 * (k + 1)  # the wall binds before the memory term saturates
+        wall = 1 / max(c2, c3)
+        for rps in wall * np.linspace(0.1, 0.93, 8):
+            rows.append(dict(verifier="v", hardware="H", prefill_tokens=256.0,
+                             decode_tokens=128.0, method="eagle3" if k else "none",
+                             drafter="d" if k else "none", alpha=alpha, k=k, rps=rps, c3=c3,
+                             latency_mean=(c1 / (1 - rps * c2) + 3.0 * c3 * rps * c3
+                                           / (1 - rps * c3)) * np.exp(0.01 * rng.normal())))
+    rows = pd.DataFrame(rows)
+    rows.loc[5, "latency_mean"] *= 1.5
+    rho = rows["rps"] * rows["c3"]
+    out = group_fit(rows, pd.Index(["d"]), (rows["c3"] * rho / (1 - rho)).to_numpy(),
+                    loss="soft_l1")
+    assert out[-1] == pytest.approx(3.0, rel=0.1)
+    assert out[0] == pytest.approx(theta["c1p"], rel=0.1)
 
 
 def test_scatter_grows_with_the_queue_share_for_the_capacity_variants(fitted):

@@ -19,22 +19,28 @@ benchmarks) are data of their own, so the fitted capacity must agree with them:
 ``capacity`` is :mod:`~bayeslat.models.hierarchical` with two more coefficients per group,
 under the same linear scaling priors (:mod:`bayeslat.scaling`: ``c3p`` with the prefill's
 arithmetic, ``c3v`` with the verifier's size), a wall per configuration that scatters
-log-normally around its group's compute time, and a queue factor per configuration around one
-population value,
+log-normally around its group's compute time, and a queue factor per configuration around its
+group's stage-1 value,
 
 .. math::
     \log C_{3c} \sim N\bigl(\log(c_{3p} + \tfrac{g}{E}\,(k+1)\,c_{3v}),\ \tau_{C3}\bigr),
-    \qquad \log Q_c \sim N(\mu_Q,\ \tau_Q), \quad \mu_Q \sim N(\log m_Q, s_Q),
-    \quad \tau_Q \sim \mathrm{HalfNormal}(1),
+    \qquad \log Q_c \sim N\bigl(\log \hat Q_{j(c)},\ \tau_Q\bigr), \quad \tau_Q = 0.5,
 
-a request's prefill plus the ``k+1`` tokens each of its ``g/E`` verify cycles scores (``m_Q``,
-``s_Q``: the ``dense_q_*`` priors, which ``dense-capacity`` uses too). The queue factor is a
-configuration's own: fitted one at a time, the example's range from 0.02 to 37. One per group
-gave two modes of equal density in a group, its load growth carried by the memory term
-(``c2p``) or by the queue (``q``): a group-level ``q`` trades against the group's ``C2`` for
-all its configurations at once, a configuration's ``Q`` only against its own wall. ``c2d`` is
-sampled non-centred by default (:meth:`CapacityModel.default_config`): with the queue there
-the data leave the drafter's per-request cost near 0, a funnel for a centred ``log c2d``.
+a request's prefill plus the ``k+1`` tokens each of its ``g/E`` verify cycles scores.
+:math:`\hat Q_j` is an empirical-Bayes centre (:meth:`CapacityModel.queue_factors`): group
+``j``'s six coefficients and one queue factor by robust least squares, each wall at its
+measured ceiling, floored at :data:`Q_FLOOR`. The queue factor differs most between groups
+(the example: log Q from −4.6 to +2.6 between groups, 0.24–0.67 within one), and which of a
+group's memory term (``c2p``) and its queue carries its load growth is weakly identified: with
+``Q`` hyperparameters sampled (a population ``N(μ_Q, τ_Q)``), a configuration's ``Q`` drifted
+between a spike and a slab reaching e^−11 and a group-level ``q`` gave two modes against the
+group's ``C2``; with a fixed per-group ``Q`` the two modes moved to ``c2p`` against ``c2d``.
+Centred on the stage-1 value with the within-group spread, ``Q`` keeps each configuration's
+freedom and the slab is gone (benchmarks/README.md). A configuration never measured gets its
+group's ``log Q̂`` or, for a group never measured, the groups' mean with their spread added to
+``τ_Q``. ``c2d`` is sampled non-centred by default (:meth:`CapacityModel.default_config`):
+with the queue there the data leave the drafter's per-request cost near 0, a funnel for a
+centred ``log c2d``.
 
 The scatter of the walls is there because compute is not the only wall: the batch limit
 (``max_num_seqs``) and the KV cache cap the concurrency too, and on a small verifier they bind
@@ -80,6 +86,13 @@ from bayeslat.scaling import ScalingConfig
 
 # Start of the queueing factor: a little below exponential service (Q = 1).
 Q_START = 0.5
+# Least stage-1 queue factor: below it the queue's wait at 95% of the wall is under a fifth of
+# a request's compute time, which no measured latency tells from none (the sharp-wall groups
+# fit any smaller value as well).
+Q_FLOOR = 0.01
+# Spread of log Q between the configurations of a group (the example's per-configuration
+# posterior medians: 0.24-0.67 within a group, -4.6 to +2.6 between groups).
+TAU_Q = 0.5
 
 
 def _compute_start(model) -> pd.Series:
@@ -160,11 +173,9 @@ class CapacityModel(HierarchicalModel):
         vectors, index = self.unit_vectors(curves, dim)
         c = {coef: vectors[coef][index[_dim(coef)]] for coef in self.coef_names}
         alpha, k, g = data["alpha"], data["k"], data["decode_tokens"]
-        mu_q = pm.Normal("mu_log_Q", np.log(self.config.prior("dense_q_median")),
-                         self.config.prior("dense_q_log_sd"))
         c1, c2 = theory.effective_coefficients(*(c[q] for q in scaling.COEFS), alpha, k, g)
         # each configuration's wall around its group's compute time, its queue factor around
-        # the population's: values of the fitted configurations, then fresh ones for new ones
+        # its group's stage-1 value: the fitted configurations' values, then new ones'
         compute = self._group_compute(vectors)
         log_top = np.log(self.top_rates())
         cidx, new = unit_index(curves["config"], self.configs)
@@ -172,28 +183,57 @@ class CapacityModel(HierarchicalModel):
             pm.modelcontext(None).add_coord("new_config", new.to_numpy())
         labels = curves["config"].reset_index(drop=True).drop_duplicates()
         first = labels.index.to_numpy()[pd.Index(labels).get_indexer(new)]  # a row of each
+        new_groups = pd.Index(curves["group"].to_numpy()[first]) if len(new) else pd.Index([])
         index = pm.Data("config_idx", cidx, dims=dim)
         tau_c3 = pm.Gamma("tau_C3", alpha=2.0, beta=2.0 / self.config.prior("tau_mean"))
         log_c3 = self._per_config("C3", tau_c3, pt.log(compute), pt.log(
             theory.compute_coefficient(c["c3p"], c["c3v"], alpha, k, g))[first],
             transform=headroom_transform(log_top))
-        # Q is sampled as the queue's wait at the top rate: log Q + queue_shift; its spread is
-        # wide (a factor e² across the example): HalfNormal(1), as dense-capacity
+        # Q around its group's stage-1 value, sampled as the queue's wait at the top rate
+        # (log Q + queue_shift); a new configuration of a group never measured gets the
+        # groups' mean, with their spread added
         shift = queue_shift(log_c3[: len(self.configs)], log_top)
-        log_q = self._per_config("Q", pm.HalfNormal("tau_Q", 1.0),
-                                 pt.zeros(len(self.configs)) + mu_q, pt.zeros(len(new)) + mu_q,
-                                 shift=shift)
+        groups = self.queue_factors()
+        known = new_groups.isin(groups.index) if len(new) else np.zeros(0, bool)
+        new_q = np.where(known, groups.reindex(new_groups).to_numpy(), groups.mean())
+        spread = np.hypot(TAU_Q, groups.std(ddof=0) if len(groups) > 1 else 1.0)
+        log_q = self._per_config("Q", TAU_Q,
+                                 groups.reindex(self.rows.drop_duplicates("config")["group"])
+                                 .to_numpy(), new_q, shift=shift,
+                                 tau_new=np.where(known, TAU_Q, spread))
         return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.exp(log_q)[index]}
 
     def top_rates(self) -> np.ndarray:
         """Each fitted configuration's highest measured rate (req/s), in :attr:`configs` order."""
         return self.rows.groupby("config")["rps"].max().reindex(self.configs).to_numpy()
 
-    def _per_config(self, name, tau, log_fitted, log_new, transform=None, shift=None):
+    def queue_factors(self) -> pd.Series:
+        """Each fitted group's stage-1 log queue factor: its six coefficients and one ``Q``
+        by robust least squares over its unsaturated rows
+        (:func:`~bayeslat.models.start.group_fit`, each configuration's wall at its start,
+        :func:`_compute_start`), floored at :data:`Q_FLOOR`; :data:`Q_START` where the fit
+        fails. Computed once per model."""
+        if getattr(self, "_queue_factors", None) is None:
+            rows = self.rows
+            c3 = _compute_start(self).to_numpy()[pd.factorize(rows["config"])[0]]
+            rho = rows["rps"].to_numpy() * c3
+            wait = c3 * rho / (1.0 - rho)
+            out = {}
+            for group, mine in rows.groupby("group").indices.items():
+                one = rows.iloc[mine]
+                drafts = pd.Index(pd.unique(one.loc[one["k"] > 0, "drafter"]))
+                theta = st.group_fit(one, drafts, wait[mine], loss="soft_l1")
+                out[group] = theta[-1] if theta is not None else Q_START
+            self._queue_factors = np.log(np.maximum(pd.Series(out), Q_FLOOR))
+        return self._queue_factors
+
+    def _per_config(self, name, tau, log_fitted, log_new, transform=None, shift=None,
+                    tau_new=None):
         r"""``log_<name> ~ N(log_fitted, tau)`` per fitted configuration, then
-        ``log_new + tau·z`` per configuration never measured (dim ``new_config``): the log
-        values, concatenated. With ``shift``, the variable sampled is ``log_<name> + shift``
-        (named ``log_<name>_top``), a change of location with unit Jacobian."""
+        ``log_new + tau_new·z`` per configuration never measured (dim ``new_config``;
+        ``tau_new`` None: ``tau``): the log values, concatenated. With ``shift``, the variable
+        sampled is ``log_<name> + shift`` (named ``log_<name>_top``), a change of location with
+        unit Jacobian."""
         import pymc as pm
         import pytensor.tensor as pt
 
@@ -205,7 +245,8 @@ class CapacityModel(HierarchicalModel):
                                   dims="config") - shift
         if "new_config" in pm.modelcontext(None).coords:
             z = pm.Normal(f"new_z_{name}", 0.0, 1.0, dims="new_config")
-            log_value = pt.concatenate([log_value, log_new + tau * z])
+            log_value = pt.concatenate([log_value, log_new + (tau if tau_new is None
+                                                              else tau_new) * z])
         return log_value
 
     def _group_compute(self, values):
@@ -223,12 +264,10 @@ class CapacityModel(HierarchicalModel):
         compute = self._group_compute(values)
         log_c3 = np.log(_compute_start(self).to_numpy())
         dev = log_c3 - np.log(compute)
-        # each Q a little off the population's: at exactly its value mu_log_Q would have a
-        # zero gradient, which nutpie's first mass matrix (scaled by it) cannot take
-        log_q = np.full(len(log_c3), np.log(Q_START) + 0.05)
+        log_q = self.queue_factors().reindex(
+            self.rows.drop_duplicates("config")["group"]).to_numpy()
         return out | {"log_C3": log_c3, "tau_C3": float(np.clip(dev.std(), 0.05, 1.0)),
-                      "log_Q_top": log_q + queue_shift(log_c3, np.log(self.top_rates())),
-                      "mu_log_Q": np.log(Q_START), "tau_Q": 0.5}
+                      "log_Q_top": log_q + queue_shift(log_c3, np.log(self.top_rates()))}
 
     def unit_start(self):
         """The six coefficients' start, then ``c3p``, ``c3v`` per group by non-negative least

@@ -11,14 +11,19 @@ finite. The start is built bottom-up from the data:
    :data:`MAX_LOAD` of saturation.
 
 :func:`curve_fits` is the paper's own per-configuration fit (SciPy ``curve_fit`` in log space);
-the benchmark times it against the Bayesian fit.
+the benchmark times it against the Bayesian fit. :func:`group_fit` is its fit of the six per-stage
+coefficients of a group (started from steps 1 and 2), optionally with the compute queue's factor.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import curve_fit, nnls
+from scipy.optimize import curve_fit, least_squares, nnls
+
+from bayeslat import theory
+from bayeslat.data import schema
+from bayeslat.models.base import BARRIER_WIDTH
 
 # Largest rps·C2 of an observed point at the start.
 MAX_LOAD = 0.95
@@ -108,3 +113,74 @@ def floor_positive(values: np.ndarray, fraction: float = 0.05) -> np.ndarray:
     positive = values[values > 0]
     floor = fraction * (np.median(positive) if positive.size else 1.0)
     return np.maximum(values, max(floor, 1e-12))
+
+
+def group_coefficients(theta: np.ndarray, rows: pd.DataFrame, drafts: pd.Index):
+    """``C1``, ``C2`` of ``rows`` from one group's coefficients ``theta``: ``c1p, c1v, c2p,
+    c2v``, then ``c1d, c2d`` per drafter of ``drafts`` (:func:`group_fit`)."""
+    k = rows["k"].to_numpy(float)
+    d = np.maximum(drafts.get_indexer(rows["drafter"]), 0)
+    c1d, c2d = (theta[4::2][d], theta[5::2][d]) if len(drafts) else (0.0, 0.0)
+    alpha = np.where(k > 0, rows["alpha"].fillna(0.0).to_numpy(float), 0.0)
+    return theory.effective_coefficients(theta[0], theta[1], c1d, theta[2], theta[3], c2d,
+                                         alpha, k, rows["decode_tokens"].to_numpy(float))
+
+
+def group_fit(rows: pd.DataFrame, drafts: pd.Index, wait: np.ndarray | None = None,
+              loss: str = "linear") -> np.ndarray | None:
+    """One group's six per-stage coefficients by least squares of ``log L`` over its
+    unsaturated ``rows``, every configuration at once (the paper's coefficient method).
+
+    Started from per-configuration linear fits mapped onto the coefficients by non-negative
+    least squares (:func:`stage_coefficients`), kept within e^±15 of that start (a
+    coefficient the data cannot see stays finite); past saturation the residual grows
+    smoothly (:data:`~bayeslat.models.base.BARRIER_WIDTH`), never a flat region.
+
+    Parameters
+    ----------
+    rows, drafts
+        The group's rows and its drafters (the order of ``c1d, c2d`` in the result).
+    wait
+        Optional: each row's queue wait per unit queue factor, ``C3·ρ/(1 − ρ)`` (s). The
+        curve is then the capacity variants' ``C1/(1 − rps·C2) + Q·wait``, and the group's
+        queue factor ``Q`` is fitted too, appended to the result.
+    loss
+        SciPy's ``least_squares`` loss (``"soft_l1"``: robust to a few outliers).
+
+    Returns
+    -------
+    ``c1p, c1v, c2p, c2v``, then ``c1d, c2d`` per drafter (and ``Q`` with ``wait``); None
+    where least squares fails.
+    """
+    codes, _ = pd.factorize(schema.config_labels(rows))
+    lines = linear_fits(codes, rows["rps"].to_numpy(float), rows["latency_mean"].to_numpy(float))
+    first = rows.groupby(codes).first().loc[lines.index]
+    k = first["k"].to_numpy(float)
+    cycles = first["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
+        np.where(k > 0, first["alpha"].fillna(0.0).to_numpy(float), 0.0), k)
+    d = np.maximum(drafts.get_indexer(first["drafter"]), 0)
+    (c1p, c1v, c1d), (c2p, c2v, c2d) = (
+        stage_coefficients(cycles, cycles * k, d, lines[stage].to_numpy(), len(drafts))
+        for stage in ("C1", "C2"))
+    theta0 = floor_positive(np.concatenate([[c1p, c1v, c2p, c2v],
+                                            np.column_stack([c1d, c2d]).ravel()]))
+    y, rps = np.log(rows["latency_mean"].to_numpy(float)), rows["rps"].to_numpy(float)
+    n = len(theta0)
+
+    def residual(log_theta):
+        c1, c2 = group_coefficients(np.exp(log_theta[:n]), rows, drafts)
+        room = 1.0 - rps * c2
+        log_room = np.where(room > BARRIER_WIDTH, np.log(np.maximum(room, BARRIER_WIDTH)),
+                            np.log(BARRIER_WIDTH) + (room - BARRIER_WIDTH) / BARRIER_WIDTH)
+        log_l = np.log(c1) - log_room
+        if wait is not None:
+            log_l = np.logaddexp(log_l, log_theta[n] + np.log(np.maximum(wait, 1e-300)))
+        return log_l - y
+
+    x0 = np.log(theta0 if wait is None else np.append(theta0, 0.5))
+    try:
+        fit_ = least_squares(residual, x0, bounds=(x0 - 15, x0 + 15), x_scale="jac", loss=loss,
+                             f_scale=0.05)
+    except (ValueError, np.linalg.LinAlgError):
+        return None
+    return np.exp(fit_.x) if fit_.success else None
