@@ -17,9 +17,18 @@ included). The splits are the questions users bring:
 ``workload``
     a fold per prefill/decode pair: every group of that workload, its baseline too (the
     hierarchical variants predict a workload never measured from the scaling laws);
+``workload-2``, ``workload-4`` (any ``workload-<n>``)
+    ``n`` workloads held out together, dealt along the wrapped diagonals of the prefill ×
+    decode grid (:func:`workload_sets`), so that each fold leaves every prefill and decode
+    length measured where the grid allows (the paper's extrapolation study);
 ``verifier``
     a fold per verifier model: everything measured with it (predicted from the scaling in
-    the verifier's size).
+    the verifier's size);
+``budget``
+    the measurement budget: one fold that keeps a third of each group's SD configurations
+    and predicts the other two thirds (:func:`budget_kept`: the baseline and the
+    configurations on every third diagonal of the alpha × k grid, so that every acceptance
+    rate and every draft length stays measured somewhere).
 
 and one check that leaves nothing out:
 
@@ -65,7 +74,8 @@ from bayeslat.models import get
 from bayeslat.models.base import PARETO_K, psis_loo
 from bayeslat.models.start import curve_fits, group_coefficients, group_fit
 
-SPLITS = ("top-rate", "alpha", "k", "workload", "verifier")
+SPLITS = ("top-rate", "alpha", "k", "workload", "workload-2", "workload-4", "verifier",
+          "budget")
 # The check without folds (PSIS-LOO of one fit of the whole sweep), named like a split.
 LOO = "loo"
 CHECKS = (*SPLITS, LOO)
@@ -73,6 +83,9 @@ CHECKS = (*SPLITS, LOO)
 CLEAR_LEAD_SE = 2.0
 # RPS* of a held-out fit "agrees" within this relative error of the whole sweep's (issue 14).
 RPS_STAR_TOLERANCE = 0.10
+# Where a calibrated model's held-out points lie inside their 90% intervals (as the adequacy
+# check of `bayeslat fit` reads in-sample coverage).
+COVERAGE_90 = (0.85, 0.95)
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,14 @@ def folds(table: pd.DataFrame, split: str) -> list[Fold]:
     """
     ok = ~table["saturated"].to_numpy(bool)
     sd = (table["k"] > 0).to_numpy()
+    if split == "budget":
+        kept = budget_kept(table)
+        return [Fold(split, f"two of three SD configurations ({int((sd & ~kept).sum())} rows)",
+                     sd & ~kept)]
+    if split.startswith("workload-"):
+        workloads = _workloads(table)
+        return [Fold(split, " + ".join(names), workloads.isin(names).to_numpy())
+                for names in workload_sets(table, _per_fold(split))]
     if split == "top-rate":
         constant = ok & (table["strategy"] == "constant").to_numpy()
         labels = schema.config_labels(table)
@@ -111,9 +132,7 @@ def folds(table: pd.DataFrame, split: str) -> list[Fold]:
     elif split == "k":
         values, column, words = table["k"].where(sd), "k", "k = {:g}"
     elif split == "workload":
-        values = ("p" + table["prefill_tokens"].map("{:g}".format) + " g"
-                  + table["decode_tokens"].map("{:g}".format))
-        column, words = "prefill_tokens and decode_tokens", "{}"
+        values, column, words = _workloads(table), "prefill_tokens and decode_tokens", "{}"
     elif split == "verifier":
         values, column, words = table["verifier"].astype(str), "verifier", "{}"
     else:
@@ -128,6 +147,64 @@ def folds(table: pd.DataFrame, split: str) -> list[Fold]:
                          "would leave nothing to learn it from; choose another split",
                          field="split")
     return [Fold(split, words.format(v), (values == v).to_numpy()) for v in distinct]
+
+
+def _workloads(table: pd.DataFrame) -> pd.Series:
+    """Each row's workload, ``p<prefill> g<decode>``."""
+    return ("p" + table["prefill_tokens"].map("{:g}".format) + " g"
+            + table["decode_tokens"].map("{:g}".format))
+
+
+def _per_fold(split: str) -> int:
+    """``n`` of a ``workload-<n>`` split name."""
+    try:
+        n = int(split.removeprefix("workload-"))
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InputError(f"unknown split {split!r}: workload-<n> takes a whole number of "
+                         "workloads held out together, e.g. workload-2", field="split")
+    return n
+
+
+def workload_sets(table: pd.DataFrame, n: int) -> list[list[str]]:
+    """The workloads (``p<prefill> g<decode>`` labels) held out together by the folds of
+    ``workload-<n>``.
+
+    Workload ``(i, j)``, the ``i``-th prefill and ``j``-th decode length of the sweep, is ordered
+    by its wrapped diagonal ``(i + j) mod m`` (``m`` the larger of the numbers of prefill and
+    decode lengths), then by ``i``; consecutive runs of ``n`` are the folds (the last may be
+    smaller). On a full grid a fold then never holds out two workloads with the same prefill
+    or decode length while the diagonal has room: each length stays measured in the rest.
+
+    Raises
+    ------
+    InputError
+        When ``n`` workloads or more would leave none to fit.
+    """
+    grid = table[["prefill_tokens", "decode_tokens"]].drop_duplicates()
+    if len(grid) <= n:
+        raise InputError(f"the sweep has {len(grid)} workload(s): holding out {n} at a time "
+                         "would leave nothing to learn them from; choose a smaller n or "
+                         "another split", field="split")
+    i = grid["prefill_tokens"].rank(method="dense").to_numpy(int) - 1
+    j = grid["decode_tokens"].rank(method="dense").to_numpy(int) - 1
+    m = max(i.max(), j.max()) + 1
+    order = np.lexsort((i, (i + j) % m))
+    names = _workloads(grid).to_numpy()[order]
+    return [list(names[start:start + n]) for start in range(0, len(names), n)]
+
+
+def budget_kept(table: pd.DataFrame) -> np.ndarray:
+    """The rows of the ``budget`` split's measured third (bool per row): every baseline, and
+    in each group and drafter the SD configurations whose acceptance rate's rank ``i`` and
+    draft length's rank ``j`` (among that group and drafter's own) satisfy
+    ``(i + j) mod 3 = 0``: a third of a full alpha × k grid, every alpha and (with three or
+    more alphas) every k measured at least once, the lowest alpha with the shortest k always."""
+    sd = table["k"] > 0
+    keys = [schema.group_labels(table), table["drafter"]]
+    rank = {c: table[c].where(sd).groupby(keys).rank(method="dense") - 1 for c in ("alpha", "k")}
+    return (~sd | ((rank["alpha"] + rank["k"]) % 3 == 0)).to_numpy(bool)
 
 
 def point_fit(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
@@ -377,22 +454,31 @@ def choice(comparison: pd.DataFrame) -> str:
 
 def write_json(path: str | Path, results: list[Validation], comparison=None,
                overwrite: bool = False) -> Path:
-    """Write every figure of ``results`` (and of their :func:`compare` ``comparison``, with
-    its :func:`choice`) as one JSON file, atomically."""
-    doc = {"variants": [r.doc() for r in results],
-           "comparison": (json.loads(comparison.to_json(orient="records"))
-                          if comparison is not None else None),
-           "choice": choice(comparison) if comparison is not None else None}
+    """Write :func:`document` of ``results`` and ``comparison`` as one JSON file, atomically."""
     with atomic_output(path, overwrite=overwrite) as tmp:
-        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.write_text(json.dumps(document(results, comparison), indent=1))
     return Path(path)
+
+
+def document(results: list[Validation], comparison=None) -> dict:
+    """Every figure of ``results`` (and of their :func:`compare` ``comparison``, with its
+    :func:`choice`) as one JSON-ready document: ``{"variants", "comparison", "choice"}``."""
+    return {"variants": [r.doc() for r in results],
+            "comparison": (json.loads(comparison.to_json(orient="records"))
+                           if comparison is not None else None),
+            "choice": choice(comparison) if comparison is not None else None}
+
+
+def unknown_checks(splits) -> list[str]:
+    """The names in ``splits`` that are neither in :data:`CHECKS` nor a ``workload-<n>``."""
+    return [s for s in splits if s not in CHECKS and not s.startswith("workload-")]
 
 
 def check(table: pd.DataFrame, variant: str, splits) -> list[Fold]:
     """The folds of ``splits`` (names from :data:`CHECKS`) on ``table``, refused before any
     fit where the sweep or the variant cannot support them (:func:`folds`; per-configuration
     variants predict only configurations they were fitted on)."""
-    unknown = [s for s in splits if s not in CHECKS]
+    unknown = unknown_checks(splits)
     if unknown:
         raise InputError(f"unknown split {', '.join(unknown)}; use one or more of "
                          f"{', '.join(CHECKS)}", field="split")

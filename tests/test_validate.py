@@ -76,6 +76,48 @@ def test_workload_split_holds_out_whole_groups_with_their_baselines(table):
         assert not set(schema.group_labels(held)) & set(schema.group_labels(rest))
 
 
+def _grid(prefills, decodes, alphas=(0.6,), ks=(2,)):
+    """A table of one row per (workload, configuration): the columns the folds read."""
+    rows = [{"verifier": "v", "hardware": "H", "drafter": "none" if k == 0 else "d",
+             "prefill_tokens": float(p), "decode_tokens": float(g), "k": k,
+             "alpha": np.nan if k == 0 else a}
+            for p in prefills for g in decodes
+            for a, k in [(np.nan, 0)] + [(a, k) for a in alphas for k in ks]]
+    return pd.DataFrame(rows)
+
+
+def test_workloads_held_out_together_leave_each_length_measured(table):
+    folds = validate.folds(table, "workload-2")
+    assert [f.held_out for f in folds] == ["p128 g64 + p512 g128", "p128 g128 + p512 g64"]
+    assert (np.array([f.drop for f in folds]).sum(axis=0) == 1).all()  # every row once
+    for f in folds:
+        held, rest = table[f.drop], table[~f.drop]
+        assert held[["prefill_tokens", "decode_tokens"]].drop_duplicates().shape[0] == 2
+        for column in ("prefill_tokens", "decode_tokens"):
+            assert set(held[column]) <= set(rest[column])
+    # the paper's 4 x 4 grid, four at a time: a Latin square of folds
+    sets = validate.workload_sets(_grid([128, 256, 512, 1024], [64, 128, 256, 512]), 4)
+    assert len(sets) == 4 and sorted(sum(sets, [])) == sorted(set(sum(sets, [])))
+    for names in sets:
+        assert len({n.split()[0] for n in names}) == len({n.split()[1] for n in names}) == 4
+    with pytest.raises(InputError, match="holding out 4 at a time"):
+        validate.folds(table, "workload-4")  # all four workloads: nothing left
+    with pytest.raises(InputError, match="whole number"):
+        validate.folds(table, "workload-two")
+
+
+def test_the_budget_split_measures_a_third_with_every_alpha_and_k():
+    grid = _grid([256, 1024], [128, 512], alphas=(0.6, 0.75, 0.9), ks=(1, 2, 4, 6))
+    kept = validate.budget_kept(grid)
+    assert kept[grid["k"] == 0].all()  # every baseline measured
+    sd = grid[(grid["k"] > 0) & kept]
+    for _, group in sd.groupby(["prefill_tokens", "decode_tokens"]):
+        assert len(group) == 4  # of 12
+        assert set(group["alpha"]) == {0.6, 0.75, 0.9} and set(group["k"]) == {1, 2, 4, 6}
+    (fold,) = validate.folds(grid.assign(saturated=False), "budget")
+    assert (fold.drop == ((grid["k"] > 0) & ~kept)).all()
+
+
 def test_verifier_split_holds_out_everything_measured_with_a_verifier(table):
     with pytest.raises(InputError, match="1 value"):  # one verifier: nothing to learn from
         validate.folds(table, "verifier")
@@ -252,10 +294,21 @@ def test_the_verb_prints_a_table_per_split_and_refuses_to_overwrite(sweep, tmp_p
     assert result.exit_code == 0, result.output
     assert "Held out: top-rate" in result.output and "did not converge" in result.output
     assert "curve" in result.output and "6 coef." in result.output
+    # the page beside the JSON: one file, scores first, figures embedded, nothing fetched
+    page = (tmp_path / "v.html").read_text(encoding="utf-8")
+    assert page.index("Held-out scores per split") < page.index("Every fold")
+    assert "did not converge" in page.split("<nav>")[0]  # an alert above the contents
+    for alt in ("held-out points hierarchical", "coverage by load hierarchical"):
+        assert f'<img alt="{alt}" src="data:image/png;base64,' in page
+    assert "http" not in page.replace("http-equiv", "") and "<script" not in page
     before = out.read_bytes()
     again = runner.invoke(app, args)
-    assert again.exit_code == 2 and "--overwrite" in again.output and str(out) in again.output
+    assert again.exit_code == 2 and "--overwrite" in again.output and "v.html" in again.output
     assert out.read_bytes() == before
+    (tmp_path / "v.html").unlink()  # the JSON alone is refused too, the page not rewritten
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2 and str(out) in again.output
+    assert out.read_bytes() == before and not (tmp_path / "v.html").exists()
 
 
 def test_the_verb_compares_variants_by_loo(sweep, tmp_path, mocked):
@@ -278,6 +331,7 @@ def test_a_per_configuration_variant_is_refused_splits_of_whole_configurations(t
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--split", "rates"], "unknown split"),
+    (["--split", "workload-4"], "holding out 4 at a time"),
     (["--model", "gaussian"], "unknown model"),
     (["--model", "hierarchical,gaussian"], "unknown model"),
     (["--model", "dense", "--split", "k"], "only configurations it was fitted on"),

@@ -13,10 +13,6 @@ from bayeslat.cli import options
 from bayeslat.cli.options import make_console, number, quiet_pymc
 from bayeslat.errors import InputError
 
-# Where a calibrated model's held-out points lie inside their 90% intervals (as the adequacy
-# check of `bayeslat fit` reads in-sample coverage).
-COVERAGE_90 = (0.85, 0.95)
-
 
 def command(
     data: Path | None = typer.Argument(None, help="Sweep table (Parquet or tidy CSV); default: "
@@ -27,10 +23,13 @@ def command(
     split: str = typer.Option("top-rate,alpha,k,workload,verifier", "--split",
                               help="Checks, comma-separated: top-rate (each configuration's "
                               "highest constant rate), alpha, k, workload, verifier (a fold per "
-                              "value), loo (no fold: the whole sweep fitted once and scored by "
-                              "PSIS-LOO)."),
-    output: Path | None = typer.Option(None, "-o", "--output", help="JSON of every figure; "
-                                       "default reports/<data>-<models>-validation.json."),
+                              "value), workload-2, workload-4 (any workload-<n>: n workloads "
+                              "held out together), budget (a third of the SD configurations "
+                              "measured, the rest predicted), loo (no fold: the whole sweep "
+                              "fitted once and scored by PSIS-LOO)."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="The HTML page; the JSON "
+                                       "of every figure is written beside it (.json). Default "
+                                       "reports/<data>-<models>-validation.html."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing file."),
     draws: int | None = options.DRAWS,
     tune: int = options.TUNE,
@@ -50,13 +49,14 @@ def command(
     A calibrated model puts about 50% and 90% of held-out points inside those intervals; every
     fold is a full fit (its convergence is shown beside its scores).
     """
-    from bayeslat import fit, validate
+    from bayeslat import fit, validate, validate_page
     from bayeslat.data import schema
+    from bayeslat.files import atomic_output
     from bayeslat.models import get
     from bayeslat.scaling import ScalingConfig
 
     splits = [s.strip() for s in split.split(",") if s.strip()]
-    unknown = [s for s in splits if s not in validate.CHECKS]
+    unknown = validate.unknown_checks(splits)
     if unknown or not splits:
         raise InputError(f"unknown split {', '.join(unknown) or '(none)'}; use one or more of "
                          f"{', '.join(validate.CHECKS)}", field="--split")
@@ -64,10 +64,12 @@ def command(
     for variant in variants or [""]:
         get(variant)  # an unknown variant: refused here, before the data are read
     data = data if data is not None else fit.EXAMPLE
-    output = output or Path("reports") / f"{data.stem}-{'+'.join(variants)}-validation.json"
-    if output.exists() and not overwrite:
-        raise InputError("the file exists; pass --overwrite to replace it or choose another "
-                         "name with -o", output)
+    output = output or Path("reports") / f"{data.stem}-{'+'.join(variants)}-validation.html"
+    written = output.with_suffix(".html"), output.with_suffix(".json")
+    for path in written:
+        if path.exists() and not overwrite:
+            raise InputError("the file exists; pass --overwrite to replace it or choose another "
+                             "name with -o", path)
     table = schema.read_table(data)
     cfg = ScalingConfig.load(config) if config is not None else None
     for variant in variants:  # refuse what the sweep or a variant cannot support before any fit
@@ -92,7 +94,10 @@ def command(
         console.print(_loo_table(results, comparison))
         if comparison is not None:
             console.print(escape(validate.choice(comparison)))
-    validate.write_json(output, results, comparison, overwrite=overwrite)
+    validate.write_json(written[1], results, comparison, overwrite=overwrite)
+    with atomic_output(written[0], overwrite=overwrite) as tmp:
+        tmp.write_text(validate_page.build(validate.document(results, comparison), str(data)),
+                       encoding="utf-8")
     fits = [r.folds for r in results] + [pd.DataFrame([r.loo]) for r in results if r.loo]
     fits = pd.concat(fits, ignore_index=True)
     unconverged = int((~fits["converged"].astype(bool)).sum())
@@ -100,7 +105,7 @@ def command(
         console.print(f"[yellow]warning:[/] {unconverged} of {len(fits)} fits did not "
                       "converge; their scores may reflect the sampler, not the model (try "
                       "more --tune or --draws)")
-    console.print(f"wrote {output}")
+    console.print(f"wrote {written[0]} and {written[1]}")
 
 
 def _loo_table(results, comparison) -> Table:
@@ -131,6 +136,8 @@ def _loo_table(results, comparison) -> Table:
 
 
 def _split_table(result, name: str) -> Table:
+    from bayeslat.validate import COVERAGE_90
+
     lo, hi = COVERAGE_90
     table = Table(title=f"Held out: {name} ({result.variant})", title_justify="left",
                   caption=f"MAPE, R²: of the predictive median; in 50%, in 90%: measured points "
@@ -157,7 +164,8 @@ def _split_table(result, name: str) -> Table:
         rows.append(("all folds", overall, True, ""))
     for label, r, converged, seconds in rows:
         off = not lo <= r.inside_90 <= hi or not converged
-        mape = number(r.mape, "{:.1%}") + (f" ({r.saturated} saturated)" if r.saturated else "")
+        mape = number(r.mape, "{:.1%}") + (f" ({int(r.saturated)} saturated)"
+                                            if r.saturated else "")
         k_star = number(getattr(r, "k_agree", float("nan")))  # absent without decisions
         if (regret := getattr(r, "k_regret_mean", float("nan"))) == regret:
             k_star += f" ({regret:.1%})"
