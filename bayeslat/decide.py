@@ -626,23 +626,62 @@ def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0
     InputError
         For a setup whose measured group has no baseline rows (:func:`measured_loads`).
     """
+    rps = np.atleast_1d(np.asarray(rps, dtype=float))
+    grid, rows, pred = _predict(model, setup, alpha, ks, rps if "C1" not in model.parts
+                                else None, seed)
+    return _analyse_prediction(model, setup, grid, rows, pred, rps, seed=seed,
+                               epsilon=epsilon, quantile=quantile, max_saturated=max_saturated)
+
+
+def each_setup(model, setup: pd.DataFrame, alpha, ks, loads: dict, *, seed: int = 0,
+               **options) -> list[xr.Dataset]:
+    """:func:`from_model` of each setup of ``setup`` on its own load grid ``loads[label]``
+    (:func:`default_loads`), with the posterior parts predicted once for all of them: the
+    same Datasets as one :func:`from_model` call per setup (with the same ``seed``; for a
+    setup never measured, other draws of its new group), at a fraction of the cost. An MoE
+    verifier's latency solves a fixed point at each load, so it is predicted per setup."""
+    if "C1" not in model.parts:
+        return [from_model(model, setup.iloc[[i]], alpha, ks, loads[label], seed=seed,
+                           **options) for i, label in enumerate(setup["setup"])]
+    grid, rows, pred = _predict(model, setup, alpha, ks, None, seed)
+    out = []
+    for i, label in enumerate(setup["setup"]):
+        mine = (rows["setup"] == label).to_numpy()
+        out.append(_analyse_prediction(
+            model, setup.iloc[[i]], grid[mine].reset_index(drop=True),
+            rows[mine].reset_index(drop=True), pred.isel(obs=np.flatnonzero(mine)),
+            np.atleast_1d(np.asarray(loads[label], dtype=float)), seed=seed, **options))
+    return out
+
+
+def _predict(model, setup: pd.DataFrame, alpha, ks, rps, seed: int):
+    """The posterior parts of every (setup, alpha, k) of the grid (and load ``rps`` for an
+    MoE verifier, None otherwise): the grid, its prediction rows and ``model.predict``."""
+    measured_loads(model, setup)  # refuses a group without a baseline before predicting
     alpha = np.atleast_1d(np.asarray(alpha, dtype=float))
     ks = np.unique(np.append(np.asarray(ks, dtype=int), 0))
-    rps = np.atleast_1d(np.asarray(rps, dtype=float))
-    info = measured_loads(model, setup)
-    moe = "C1" not in model.parts
     grid = pd.MultiIndex.from_product(
-        [setup["setup"], alpha, ks] + ([rps] if moe else []),
-        names=["setup", "alpha", "k"] + (["rps"] if moe else [])).to_frame(index=False)
+        [setup["setup"], alpha, ks] + ([rps] if rps is not None else []),
+        names=["setup", "alpha", "k"] + (["rps"] if rps is not None else [])).to_frame(
+            index=False)
     rows = grid.merge(setup, on="setup")
     rows["alpha_grid"] = rows["alpha"]
     base = rows["k"] == 0
     rows.loc[base, ["method", "drafter"]] = "none"
     rows.loc[base, "drafter_params_b"] = 0.0
     rows.loc[base, "alpha"] = np.nan
-    if not moe:
+    if rps is None:
         rows["rps"] = 0.0
-    pred = model.predict(rows, seed=seed)
+    return grid, rows, model.predict(rows, seed=seed)
+
+
+def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
+                        epsilon: float = 0.05, quantile: float = 0.05,
+                        max_saturated: float = MAX_SATURATED):
+    """:func:`analyse` of the prediction ``pred`` of ``grid`` (:func:`_predict`) on the loads
+    ``rps``, with the setups' measured range (:func:`measured_loads`)."""
+    info = measured_loads(model, setup)
+    moe = "C1" not in model.parts
     index = xr.Coordinates.from_pandas_multiindex(
         pd.MultiIndex.from_frame(rows[grid.columns].assign(alpha=rows["alpha_grid"])), "obs")
 

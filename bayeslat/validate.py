@@ -293,8 +293,7 @@ def decision_cells(model, table: pd.DataFrame, fold: Fold, loads: dict,
     alphas = np.sort(held["alpha"].unique())
     ks = np.sort(table.loc[table["k"] > 0, "k"].unique()).astype(int)
     k_star, rps_star = [], []
-    for i, label in enumerate((chosen := decide.setups(held))["setup"]):
-        ds = decide.from_model(model, chosen.iloc[[i]], alphas, ks, loads[label], seed=seed)
+    for ds in decide.each_setup(model, decide.setups(held), alphas, ks, loads, seed=seed):
         latency = ds["expected_latency"].to_series().unstack("k").add_prefix("latency_k")
         k_star.append(ds["k_risk"].to_dataframe().join(latency).reset_index())
         star = xr.merge([ds["rps_star"].sel(stat="q50", drop=True), ds["p_break_even"]])

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pymc as pm
 import pytest
+import xarray as xr
 from pymc.testing import mock_sample
 from typer.testing import CliRunner
 
@@ -171,6 +172,26 @@ def test_default_grid_per_setup_ends_at_the_measured_ceiling(fits):
     assert ds["rps_ceiling"].sel(setup=label) == pytest.approx(ceiling)
     table_rows = decide.decision_table(ds)
     assert table_rows["extrapolated"].tolist() == past.tolist()
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "moe"])
+def test_each_setup_is_from_model_per_setup_with_one_prediction(fits, name, monkeypatch):
+    """each_setup gives what one from_model call per setup on its own grid gives, with one
+    model.predict for all of them (the MoE verifier: one per setup, its loads in the grid)."""
+    model = fit.load(fits[name])
+    chosen = decide.setups(model.table)
+    grids = decide.default_loads(model, chosen)
+    expected = [decide.from_model(model, chosen.iloc[[i]], [0.6, 0.7], [0, 2], grids[label])
+                for i, label in enumerate(chosen["setup"])]
+    calls = []
+    predict = type(model).predict
+    monkeypatch.setattr(type(model), "predict",
+                        lambda self, *a, **kw: calls.append(1) or predict(self, *a, **kw))
+    got = decide.each_setup(model, chosen, [0.6, 0.7], [0, 2], grids)
+    assert len(calls) == (len(chosen) if name == "moe" else 1)
+    assert len(got) == len(expected) == len(chosen)
+    for a, b in zip(got, expected, strict=True):
+        xr.testing.assert_identical(a, b)
 
 
 def test_default_grid_through_the_cli(fits, monkeypatch):
