@@ -93,7 +93,8 @@ class Inputs:
         self.check = adequacy.check(self.model, seed=self.seed)
 
     def predict_decisions(self, status=None) -> None:
-        """The decision Dataset (:func:`bayeslat.decide.from_model`) of every setup.
+        """The decision Dataset (:func:`bayeslat.decide.each_setup`: one prediction for the
+        setups that share their acceptance rates and draft lengths) of every setup.
 
         Each setup's load grid ends a little past its measured ceiling (the baseline's
         throughput benchmark), or past its highest measured load where there is none; the
@@ -103,9 +104,8 @@ class Inputs:
         """
         table = self.model.table
         ceilings = adequacy.group_ceilings(self.model)
-        for i, row in decide.setups(table).iterrows():
-            if status:
-                status(f"decisions for {row['setup']}")
+        batches = {}  # setups with the same alphas and ks: one prediction (decide.each_setup)
+        for _, row in decide.setups(table).iterrows():
             rows = setup_rows(table, row)
             measured = rows["alpha"].dropna()
             # dense predicts only measured configurations: no acceptance rates in between
@@ -116,15 +116,35 @@ class Inputs:
             ceiling = ceilings.get(schema.group_labels(setup).iloc[0])
             self.load_limits[row["setup"]] = (top, ceiling)
             highest = max(top, ceiling or 0.0) * CEILING_REACH
+            batch = batches.setdefault((tuple(alphas), tuple(np.unique(rows["k"]))), {})
+            batch[row["setup"]] = (setup, np.linspace(0.0, highest, GRID_POINTS),
+                                   pick(measured, alphas))
+        for (alphas, ks), members in batches.items():
+            if status:
+                status(f"decisions for {', '.join(members)}")
             try:
-                ds = decide.from_model(self.thin, setup, alphas, np.unique(rows["k"]),
-                                       np.linspace(0.0, highest, GRID_POINTS),
-                                       seed=self.seed + i)
-            except BayeslatError as exc:
-                self.skipped[row["setup"]] = str(exc)
-                continue
-            self.decisions[row["setup"]] = ds.isel(setup=0)
-            self.shown_alphas[row["setup"]] = pick(measured, alphas)
+                datasets = self._decisions(members, alphas, ks)
+            except BayeslatError:  # one at a time, to say which setups cannot be predicted
+                datasets = []
+                for label, member in members.items():
+                    try:
+                        datasets += self._decisions({label: member}, alphas, ks)
+                    except BayeslatError as exc:
+                        self.skipped[label] = str(exc)
+            for ds in datasets:
+                label = str(ds["setup"].values[0])
+                self.decisions[label] = ds.isel(setup=0)
+                self.shown_alphas[label] = members[label][2]
+        order = [label for label in decide.setups(table)["setup"] if label in self.decisions]
+        self.decisions = {label: self.decisions[label] for label in order}
+
+    def _decisions(self, members: dict, alphas, ks) -> list:
+        """:func:`bayeslat.decide.each_setup` of ``members`` (label: (setup row, loads, shown
+        alphas)) at ``alphas`` and ``ks``."""
+        setups = pd.concat([setup for setup, _, _ in members.values()], ignore_index=True)
+        return decide.each_setup(self.thin, setups, alphas, ks,
+                                 {label: loads for label, (_, loads, _) in members.items()},
+                                 seed=self.seed)
 
     def mark_loads(self, ax, setup: str, label: bool = True) -> None:
         """Mark a panel of ``setup`` against load: the extrapolation beyond its highest
