@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import compiled, mcmc, theory
+from bayeslat import compiled, theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.models import DEFAULT, get
@@ -339,6 +339,8 @@ def diagnostics(idata, seconds: float = float("nan")) -> Diagnostics:
     """Max R-hat, min bulk and tail ESS over every posterior variable
     (:mod:`bayeslat.mcmc`, ArviZ's estimators for all variables at once), and
     divergences."""
+    from bayeslat import mcmc  # SciPy's stats: imported by the verbs that compute them
+
     post = idata.posterior
     values = mcmc.stack(post)
 

@@ -15,7 +15,7 @@ import bayeslat
 from bayeslat import fit, theory
 from bayeslat.errors import FitError, NumericalError
 from bayeslat.models import VARIANTS, get
-from bayeslat.models.base import BARRIER_WIDTH, log_headroom, psis_loo
+from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
 from bayeslat.models.capacity import Q_FLOOR, queue_shift
 from bayeslat.models.start import MAX_LOAD, group_fit
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
@@ -233,6 +233,28 @@ def test_save_load_round_trip_predicts_the_same(fitted):
     assert a["latency"].dims == ("chain", "draw", "obs") and a.sizes["obs"] == 3
     np.testing.assert_array_equal(a["latency"], b["latency"])
     assert list(a["rps"].values) == [0.0, 0.5, 1.0]
+
+
+def test_rows_of_fitted_units_are_predicted_without_the_graph(fitted, monkeypatch):
+    """The paper's scaling variants compute the parts of rows whose groups and drafters were
+    all fitted from the stored per-unit coefficients: the graph's values (to 1e-12), same
+    dims and coords; a row of a new group goes through the graph."""
+    model, path = fitted
+    loaded = bayeslat.load(path)
+    rows = model.table.iloc[[0, 7, 20]].assign(rps=[0.0, 0.5, 1.0])
+    new = rows.assign(verifier="llama-13b", verifier_params_b=13.0)
+    assert loaded.known_parts(prepare(new)) is None
+    if model.variant not in ("hierarchical", "speculative"):
+        assert loaded.known_parts(prepare(rows)) is None
+        return
+    assert set(loaded.known_parts(prepare(rows))) == {"C1", "C2"}
+    fast = loaded.predict(rows)
+    monkeypatch.setattr(type(loaded), "known_parts", lambda self, rows: None)
+    slow = loaded.predict(rows)
+    assert fast["C1"].dims == slow["C1"].dims and set(fast.coords) == set(slow.coords)
+    for name in ("C1", "C2", "latency", "capacity"):
+        np.testing.assert_allclose(fast[name], slow[name], rtol=1e-12)
+    np.testing.assert_array_equal(fast["config"], slow["config"])
 
 
 def test_saved_fit_keeps_its_psis_loo_not_its_log_likelihood(fitted):

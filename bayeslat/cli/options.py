@@ -50,11 +50,17 @@ def make_console() -> Console:
 def quiet_pymc() -> None:
     """Silence PyMC's INFO lines ("Sampling: [...]"); the verbs print their own progress.
 
-    PyMC sets its logger's level when imported, so this imports it first.
+    PyMC, when imported, sets its logger to INFO with a handler of its own unless the root
+    logger has a handler: give the root one (warnings and errors, the message alone) so that
+    nothing needs importing here (a verb that never needs PyMC does not pay for it).
     """
-    import pymc  # noqa: F401
-
-    logging.getLogger("pymc").setLevel(logging.WARNING)
+    if "pymc" in sys.modules:
+        logging.getLogger("pymc").setLevel(logging.WARNING)
+    elif not logging.root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setLevel(logging.WARNING)
+        logging.root.addHandler(handler)
 
 
 # The sampler's options, shared by the verbs that fit (fit, validate). TUNE is fit.TUNE, written

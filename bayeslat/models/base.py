@@ -30,6 +30,9 @@ Every input goes through ``pm.Data`` (dims ``obs``, or ``curve`` for those of a 
 :meth:`LatencyModel.predict` rebuilds the model on new rows and draws their coefficients from
 the posterior with ``pm.sample_posterior_predictive``, so a loaded fit predicts at new loads,
 acceptance rates and draft lengths (and, for the scaling variants, new lengths and model sizes).
+Where every unit of the new rows was fitted, the paper's scaling variants skip the graph
+(:meth:`LatencyModel.known_parts`): their parts are closed-form functions of the stored
+per-unit coefficients.
 """
 
 from __future__ import annotations
@@ -342,6 +345,12 @@ class LatencyModel:
         """A feasible start: values (constrained space) of the free variables."""
         raise NotImplementedError
 
+    def known_parts(self, rows: pd.DataFrame) -> dict | None:
+        """The parts of ``rows`` computed from the stored posterior without PyMC, where the
+        variant can (:meth:`HierarchicalModel.known_parts`); None: predict through the model's
+        graph."""
+        return None
+
     def latency(self, parts: xr.Dataset, rows: pd.DataFrame) -> xr.DataArray:
         """Exact latency (``inf`` past saturation) from predicted parts, via theory."""
         lat = theory.latency(xr.DataArray(rows["rps"].to_numpy(), dims="obs"), parts["C1"],
@@ -562,6 +571,8 @@ class LatencyModel:
             population, where the variant allows).
         seed
             Seed of the draws of new group deviations.
+        progressbar
+            Show PyMC's progress bar (when the rows need the model's graph).
 
         Returns
         -------
@@ -569,19 +580,25 @@ class LatencyModel:
         ``latency`` (s, ``inf`` past saturation) and ``capacity`` (req/s, the load at which the
         row's configuration saturates); coords ``config`` and ``rps`` on ``obs``.
         """
-        import pymc as pm
-
         if self.idata is None:
             raise FitError("the model is not fitted; call fit() or bayeslat.load() first")
         rows = prepare(new)
-        model = self.build(rows)
-        new_vars = [rv.name for rv in model.free_RVs if rv.name not in self.idata.posterior]
-        pp = pm.sample_posterior_predictive(self.idata, model=model,
-                                            var_names=list(self.parts) + new_vars,
-                                            random_seed=seed, predictions=True,
-                                            progressbar=progressbar,
-                                            compile_kwargs=fast_mode(self.idata))
-        ds = pp.predictions[list(self.parts)]
+        known = self.known_parts(rows)
+        if known is not None:
+            ds = xr.Dataset({name: value.transpose("chain", "draw", "obs")
+                             for name, value in known.items()}).assign_coords(
+                obs=np.arange(len(rows)))
+        else:
+            import pymc as pm
+
+            model = self.build(rows)
+            new_vars = [rv.name for rv in model.free_RVs if rv.name not in self.idata.posterior]
+            pp = pm.sample_posterior_predictive(self.idata, model=model,
+                                                var_names=list(self.parts) + new_vars,
+                                                random_seed=seed, predictions=True,
+                                                progressbar=progressbar,
+                                                compile_kwargs=fast_mode(self.idata))
+            ds = pp.predictions[list(self.parts)]
         ds["latency"] = self.latency(ds, rows)
         ds["capacity"] = self.capacity(ds).transpose("chain", "draw", "obs")
         return ds.assign_coords(config=("obs", rows["config"].to_numpy()),

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import xarray as xr
 
 from bayeslat import scaling, theory
 from bayeslat.errors import FitError
@@ -131,6 +132,30 @@ class HierarchicalModel(LatencyModel):
         c = self.stage_coefficients(curves, dim)
         c1, c2 = theory.effective_coefficients(*(c[q] for q in scaling.COEFS), data["alpha"],
                                                data["k"], data["decode_tokens"])
+        return {"C1": c1, "C2": c2}
+
+    def known_parts(self, rows: pd.DataFrame) -> dict | None:
+        """``C1``, ``C2`` of ``rows`` (:func:`~bayeslat.models.base.prepare`) from the stored
+        per-unit coefficients, when every group and drafter of ``rows`` was fitted: the same
+        values the model's graph computes, without building or compiling it. None when a unit
+        was never measured (its deviation is a fresh draw of the model) or the variant has
+        parts beyond the paper's two."""
+        if self.parts != ("C1", "C2"):
+            return None
+        sd = (rows["k"] > 0).to_numpy()
+        gidx, new_groups = unit_index(rows["group"], self.units["group"].index)
+        didx = np.zeros(len(rows), dtype=int)
+        didx[sd], new_drafts = unit_index(rows.loc[sd, "draft"], self.units["draft"].index)
+        if len(new_groups) or len(new_drafts):
+            return None
+        post = self.idata.posterior
+        index = {"group": xr.DataArray(gidx, dims="obs"), "draft": xr.DataArray(didx, dims="obs")}
+        c = {coef: post[coef].isel({_dim(coef): index[_dim(coef)]}).drop_vars(_dim(coef))
+             for coef in scaling.COEFS}
+        column = {name: xr.DataArray(rows[name].to_numpy(float), dims="obs")
+                  for name in ("alpha0", "k", "decode_tokens")}
+        c1, c2 = theory.effective_coefficients(*(c[q] for q in scaling.COEFS), column["alpha0"],
+                                               column["k"], column["decode_tokens"])
         return {"C1": c1, "C2": c2}
 
     # -- the feasible start --------------------------------------------------------------------
