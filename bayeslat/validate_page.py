@@ -13,6 +13,8 @@ the paper's curve is known to miss), and every fold with its refit's convergence
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 
@@ -114,7 +116,7 @@ def _tables(section: page.Section, variants: list[dict], name: str,
     for v in variants:
         frame = _frame(v, name)
         if not frame.empty:
-            section.add(f"<h3>{page.html.escape(v['variant'])}</h3>",
+            section.add(f"<h3>{html.escape(v['variant'])}</h3>",
                         page.table(_shown(frame, columns)))
     return section
 
