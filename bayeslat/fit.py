@@ -23,8 +23,7 @@ from bayeslat import compiled, theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.models import DEFAULT, get
-from bayeslat.models.base import FORMAT, fast_mode, prepare
-from bayeslat.models.summary import NU_GAUSSIAN, summarise
+from bayeslat.models.base import FORMAT, fast_mode, prepare, read_fit
 from bayeslat.scaling import ScalingConfig
 
 SAMPLERS = ("nutpie", "pymc", "numpyro")
@@ -195,6 +194,8 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
     compiled.register()
     backend = _optional(sampler, sampler) if sampler != "pymc" else None
     clock = time.perf_counter()
+    from bayeslat.models.summary import summarise  # SciPy: not for the verbs that only load
+
     summary = None if exact or not model.summarises else summarise(model.rows)
     likelihood = _likelihood_note(summary, exact, model)
     if summary is not None and not summary.gaussian:
@@ -257,6 +258,8 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
 
 def _likelihood_note(summary, exact: bool, model) -> dict:
     """Which likelihood a fit samples, and why, for the sampler attrs and ``bayeslat fit``."""
+    from bayeslat.models.summary import NU_GAUSSIAN
+
     if summary is None:
         why = ("asked for with --exact" if exact else
                f"the {model.variant} model's curve is not the paper's two coefficients")
@@ -456,9 +459,9 @@ def convergence(model) -> Diagnostics:
     :func:`diagnostics` for files written without it (older fits, or fits saved directly with
     :meth:`~bayeslat.models.base.LatencyModel.save`).
     """
-    if getattr(model, "idata", None) is None:
+    if not model.fitted:
         raise FitError("the model is not fitted; call fit() or bayeslat.load() first")
-    stored = model.idata.posterior.attrs.get(_DIAGNOSTICS_ATTR)
+    stored = model.posterior.attrs.get(_DIAGNOSTICS_ATTR)
     if stored:
         try:
             d = json.loads(stored)
@@ -563,24 +566,23 @@ def load(path: str | os.PathLike):
     training data match their hash. The model's ``path`` is the file's; its convergence is
     :func:`convergence` (and :func:`require_converged` refuses an unconverged one).
     """
-    import arviz as az
-
     path = Path(path)
     if not path.is_file():
         raise FitError(f"{path}: no such file; give a fit written by 'bayeslat fit'")
     try:
-        idata = az.from_netcdf(path, engine="h5netcdf")
-        attrs = dict(idata.posterior.attrs)
+        groups = read_fit(path)
     except Exception as exc:  # h5py and xarray raise several unrelated types
         raise FitError(f"{path}: not a readable fit ({type(exc).__name__}: {exc}); give a "
                        "file written by 'bayeslat fit'") from exc
-    missing = [k for k in REQUIRED_ATTRS if k not in attrs]
-    if missing or "fit_data" not in idata.groups():
-        raise FitError(f"{path}: not a bayeslat fit (missing {', '.join(missing) or 'fit_data'}"
-                       "); give a file written by 'bayeslat fit'")
+    attrs = dict(groups["posterior"].attrs) if "posterior" in groups else {}
+    missing = [k for k in REQUIRED_ATTRS if k not in attrs] + [
+        g for g in ("posterior", "fit_data") if g not in groups]
+    if missing:
+        raise FitError(f"{path}: not a bayeslat fit (missing {', '.join(missing)}); give a "
+                       "file written by 'bayeslat fit'")
     if str(attrs["bayeslat_format"]) != str(FORMAT):
         raise FitError(f"{path}: fit format {attrs['bayeslat_format']}, this bayeslat reads "
                        f"format {FORMAT}; refit with this version")
-    model = get(attrs["variant"]).from_idata(idata, str(path))
+    model = get(attrs["variant"]).from_file(path, groups)
     model.path = str(path)
     return model

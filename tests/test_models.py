@@ -276,6 +276,44 @@ def test_saved_fit_keeps_its_psis_loo_not_its_log_likelihood(fitted):
         psis_loo(unfitted.idata)
 
 
+def test_loaded_fit_answers_decide_without_arviz_then_reads_the_rest(fitted, tmp_path):
+    """What ``decide`` needs of a fit file written by ``bayeslat fit`` (load, its stored
+    convergence, prediction of fitted units) runs in a process that never imports ArviZ;
+    ``idata`` then holds every group the file has."""
+    import subprocess
+    import sys
+
+    model, _ = fitted
+    model = copy.copy(model)
+    model.idata = model.idata.copy()
+    model.idata.posterior.attrs["diagnostics"] = fit._diagnostics_json(fit.diagnostics(
+        model.idata))  # as fit.run stores them
+    path = model.save(tmp_path / "fit.nc")
+    script = f"""
+import sys
+import bayeslat
+from bayeslat import fit
+loaded = bayeslat.load({str(path)!r})
+fit.convergence(loaded)
+rows = loaded.table.iloc[[0, 7]].assign(rps=[0.0, 0.5])
+known = loaded.known_parts(bayeslat.models.base.prepare(rows))
+if known is not None:
+    loaded.predict(rows)
+print(known is not None, "arviz" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(model.variant in ("hierarchical", "speculative")), "False"]
+    loaded = bayeslat.load(path)
+    assert loaded.posterior is not None and loaded.fitted
+    expected = set(model.idata.groups()) - {"log_likelihood"} | {"psis_loo", "fit_data"}
+    assert set(loaded.idata.groups()) == expected
+    xr.testing.assert_identical(loaded.idata.posterior.drop_attrs(),
+                                model.idata.posterior.drop_attrs())
+    for group in expected - {"posterior", "psis_loo", "fit_data"}:  # read on first use
+        xr.testing.assert_equal(getattr(loaded.idata, group), getattr(model.idata, group))
+
+
 def test_save_refuses_to_overwrite(fitted):
     model, path = fitted
     with pytest.raises(Exception, match="overwrite"):

@@ -180,6 +180,27 @@ def psis_loo(idata):
                            "loo_i", "pareto_k", "scale", "good_k"])
 
 
+def read_fit(path: str | os.PathLike) -> dict[str, xr.Dataset]:
+    """The ``posterior`` and ``fit_data`` groups of a fit file (:meth:`LatencyModel.save`),
+    with xarray alone (those it lacks are absent); raises what h5netcdf and xarray raise on a
+    file that is not one."""
+    return _read_groups(path, only=("posterior", "fit_data"))
+
+
+def _read_groups(path, only=None, skip=()) -> dict[str, xr.Dataset]:
+    """The netCDF groups of ``path`` (those in ``only``, if given, but not in ``skip``), in
+    memory."""
+    import h5netcdf
+
+    with h5netcdf.File(path, "r") as f:
+        names = [g for g in f.groups if (only is None or g in only) and g not in skip]
+    out = {}
+    for name in names:
+        with xr.open_dataset(path, group=name, engine="h5netcdf") as ds:
+            out[name] = ds.load()
+    return out
+
+
 def _loo_group(idata) -> xr.Dataset:
     """What :func:`psis_loo` needs of a fit, as a Dataset to store in its place."""
     loo = psis_loo(idata)
@@ -242,6 +263,40 @@ class LatencyModel:
             drop=True)
         self.idata = None
         self.setup(scales)
+
+    # -- the fit --------------------------------------------------------------------------------
+    @property
+    def idata(self):
+        """The fit as ArviZ ``InferenceData`` (None before one). A fit read from a file
+        (:meth:`from_file`) builds it on first use, reading the groups it has not read yet:
+        ArviZ's import is most of what ``decide`` would wait for, and it needs only
+        :attr:`posterior`."""
+        if self._idata is None and self._stored is not None:
+            import arviz as az
+
+            path, groups = self._stored
+            groups = _read_groups(path, skip=groups) | groups
+            self._idata, self._stored = az.InferenceData(**groups), None
+        return self._idata
+
+    @idata.setter
+    def idata(self, value) -> None:
+        self._idata, self._stored = value, None
+
+    @property
+    def posterior(self) -> xr.Dataset:
+        """The posterior draws (dims ``chain``, ``draw``, then each variable's), without
+        building :attr:`idata`."""
+        if self._stored is not None:
+            return self._stored[1]["posterior"]
+        if self._idata is None:
+            raise FitError("the model is not fitted; call fit() or bayeslat.load() first")
+        return self._idata.posterior
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the model holds a posterior (fitted, or read from a fit file)."""
+        return self._idata is not None or self._stored is not None
 
     # -- variant hooks -------------------------------------------------------------------------
     @classmethod
@@ -324,7 +379,7 @@ class LatencyModel:
         :meth:`scatter`: the likelihood's discrepancy, without the measurement error), one per
         posterior draw, element of the predicted ``parts`` and load ``rps`` (:meth:`scatter`),
         but one along the ``shared`` dims."""
-        post = self.idata.posterior
+        post = self.posterior
         if not isinstance(rps, xr.DataArray):
             rps = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
         scale = xr.broadcast(self.scatter(post, parts, rps), rps,
@@ -540,10 +595,13 @@ class LatencyModel:
         return Path(path)
 
     @classmethod
-    def from_idata(cls, idata, path: str | None = None) -> LatencyModel:
-        """The fitted model stored in ``idata`` (as written by :meth:`save`)."""
-        attrs = idata.posterior.attrs
-        table = idata.fit_data.to_dataframe().reset_index(drop=True)
+    def from_file(cls, path: str | os.PathLike, groups: dict[str, xr.Dataset]) -> LatencyModel:
+        """The fitted model stored in the file ``path`` (as written by :meth:`save`), of which
+        ``groups`` (:func:`read_fit`) holds at least ``posterior`` and ``fit_data``; the others
+        are read when :attr:`idata` is first used."""
+        path = str(path)
+        attrs = groups["posterior"].attrs
+        table = groups["fit_data"].to_dataframe().reset_index(drop=True)
         table["saturated"] = table["saturated"].astype(bool)
         model = cls(table, ScalingConfig.from_json(attrs["config"]),
                     scales=json.loads(attrs["feature_scales"]), data_hash=attrs["data_hash"],
@@ -552,11 +610,12 @@ class LatencyModel:
             raise FitError("the stored training data do not match the model built from them; "
                            "refit", path)
         for dim, labels in model.coords().items():
-            stored = idata.posterior[dim].values if dim in idata.posterior.coords else None
+            stored = (groups["posterior"][dim].values if dim in groups["posterior"].coords
+                      else None)
             if stored is None or list(stored) != list(labels):
                 raise FitError(f"the stored coords of '{dim}' do not match the model rebuilt from "
                                "the stored data; refit", path)
-        model.idata = idata
+        model._stored = (path, groups)
         return model
 
     # -- prediction ----------------------------------------------------------------------------
@@ -580,7 +639,7 @@ class LatencyModel:
         ``latency`` (s, ``inf`` past saturation) and ``capacity`` (req/s, the load at which the
         row's configuration saturates); coords ``config`` and ``rps`` on ``obs``.
         """
-        if self.idata is None:
+        if not self.fitted:
             raise FitError("the model is not fitted; call fit() or bayeslat.load() first")
         rows = prepare(new)
         known = self.known_parts(rows)
@@ -592,7 +651,7 @@ class LatencyModel:
             import pymc as pm
 
             model = self.build(rows)
-            new_vars = [rv.name for rv in model.free_RVs if rv.name not in self.idata.posterior]
+            new_vars = [rv.name for rv in model.free_RVs if rv.name not in self.posterior]
             pp = pm.sample_posterior_predictive(self.idata, model=model,
                                                 var_names=list(self.parts) + new_vars,
                                                 random_seed=seed, predictions=True,

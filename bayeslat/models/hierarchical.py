@@ -148,7 +148,7 @@ class HierarchicalModel(LatencyModel):
         didx[sd], new_drafts = unit_index(rows.loc[sd, "draft"], self.units["draft"].index)
         if len(new_groups) or len(new_drafts):
             return None
-        post = self.idata.posterior
+        post = self.posterior
         index = {"group": xr.DataArray(gidx, dims="obs"), "draft": xr.DataArray(didx, dims="obs")}
         c = {coef: post[coef].isel({_dim(coef): index[_dim(coef)]}).drop_vars(_dim(coef))
              for coef in scaling.COEFS}
@@ -204,11 +204,13 @@ class HierarchicalModel(LatencyModel):
         return c
 
     def start(self) -> dict[str, np.ndarray]:
+        from scipy.optimize import nnls
+
         values = self.unit_start()
         out = {}
         for coef in self.coef_names:
             c, x = values[coef], self.x[coef]
-            beta, _ = st.nnls(x / c[:, None], np.ones(len(c)))
+            beta, _ = nnls(x / c[:, None], np.ones(len(c)))
             beta = st.floor_positive(beta, 0.01)
             dev = np.log(c) - np.log(x @ beta)
             tau = float(np.clip(dev.std(), 0.05, 1.0))

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import curve_fit, least_squares, nnls
 
+# SciPy is imported in the functions that use it: a verb that only loads a fit needs none of it
 from bayeslat import theory
 from bayeslat.data import schema
 from bayeslat.models.base import BARRIER_WIDTH
@@ -59,6 +59,8 @@ def linear_fits(config: np.ndarray, rps: np.ndarray, latency: np.ndarray) -> pd.
 def curve_fits(config: np.ndarray, rps: np.ndarray, latency: np.ndarray) -> pd.DataFrame:
     """The paper's point fit: ``log L = log C1 − log(1 − rps·C2)`` by SciPy ``curve_fit``,
     one configuration at a time, started from :func:`linear_fits`."""
+    from scipy.optimize import curve_fit
+
     start = linear_fits(config, rps, latency)
     out = []
     for c, (c1, c2) in start.iterrows():
@@ -98,6 +100,8 @@ def stage_coefficients(cycles: np.ndarray, drafted: np.ndarray, draft: np.ndarra
     ``cycles = g/E``, ``drafted = g·k/E``; ``draft`` indexes ``0..n_drafts-1`` (any value where
     ``drafted`` is 0). Relative least squares: each configuration weighs by ``1/target``.
     """
+    from scipy.optimize import nnls
+
     design = np.zeros((len(target), 2 + n_drafts))
     design[:, 0], design[:, 1] = 1.0, cycles
     has = drafted > 0
@@ -152,6 +156,8 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, wait: np.ndarray | None = No
     ``c1p, c1v, c2p, c2v``, then ``c1d, c2d`` per drafter (and ``Q`` with ``wait``); None
     where least squares fails.
     """
+    from scipy.optimize import least_squares
+
     codes, _ = pd.factorize(schema.config_labels(rows))
     lines = linear_fits(codes, rows["rps"].to_numpy(float), rows["latency_mean"].to_numpy(float))
     first = rows.groupby(codes).first().loc[lines.index]
