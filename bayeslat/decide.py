@@ -745,6 +745,66 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     return out
 
 
+def shows_rps_star(p_break_even: float) -> bool:
+    """Whether to show RPS*: it is summarised over the draws in which it exists, so only where
+    most draws have one."""
+    return p_break_even >= 0.5
+
+
+def verdicts(ds: xr.Dataset) -> pd.DataFrame:
+    """The answer per (setup, alpha, rps) of ``ds`` (from :func:`analyse`): turn SD on or off,
+    with which k, how sure, and why, in one row each, in that order.
+
+    Columns: ``setup``, ``alpha``, ``rps``, ``extrapolated``, ``answer`` (``"SD on, k = 4"``,
+    ``"SD off"``, or ``"saturated"`` where every k, no SD included, is past its capacity in
+    too many draws), ``k`` (the risk-aware choice, NaN where saturated), its speedup median
+    and 90% interval, ``p_sd_hurts``, its RPS* (median, 90%) and alert line with whether they
+    lie beyond the measured ceiling, ``p_break_even`` (NaN for no SD), and ``reason``, one
+    line in words.
+    """
+    table = decision_table(ds)
+    key = ["setup", "alpha", "k"]
+    be = break_even_table(ds).rename(columns={"k": "k_risk"})
+    out = table.merge(be, how="left", on=["setup", "alpha", "k_risk"]).rename(
+        columns={"k_risk": "k"})
+    # the lowest P(SD hurts) among the SD draft lengths, for the reason of an "off"
+    hurts = ds["p_sd_hurts"].sel(k=ds["k"] > 0)
+    least = hurts.min("k").rename("least_hurt").to_dataframe().reset_index()
+    least["least_hurt_k"] = hurts.fillna(np.inf).idxmin("k").values.ravel()
+    out = out.merge(least[[*key[:2], "rps", "least_hurt", "least_hurt_k"]],
+                    on=[*key[:2], "rps"], how="left")
+    eps = float(ds.attrs.get("epsilon", 0.05))
+    sat = float(ds.attrs.get("max_saturated", MAX_SATURATED))
+    out["answer"] = [("saturated" if pd.isna(k) else "SD off" if k == 0 else
+                      f"SD on, k = {int(k)}") for k in out["k"]]
+    out["reason"] = [_reason(r, eps, sat) for r in out.itertuples()]
+    out = out.sort_values(["setup", "alpha", "rps"], kind="stable", ignore_index=True)
+    return out[["setup", "alpha", "rps", "extrapolated", "answer", "k", "speedup",
+                "speedup_q05", "speedup_q95", "p_sd_hurts", "rps_star", "rps_star_q05",
+                "rps_star_q95", "p_break_even", "rps_alert", "rps_star_beyond_capacity",
+                "alert_beyond_capacity", "reason"]]
+
+
+def _reason(r, eps: float, sat: float) -> str:
+    """One line on why :func:`verdicts` answers as it does at row ``r``."""
+    where = "extrapolated past the highest measured load: " if r.extrapolated else ""
+    if pd.isna(r.k):
+        return (f"{where}every k, no SD included, is past its capacity in more than "
+                f"{sat:.0%} of the draws: the server does not keep up at this load")
+    if r.k == 0:
+        if pd.isna(r.least_hurt) or r.least_hurt > eps:
+            return (f"{where}every draft length is slower than no SD in more than {eps:.0%} "
+                    f"of the draws (least: k = {int(r.least_hurt_k)}, "
+                    f"{r.least_hurt:.0%})")
+        return f"{where}no SD has the lowest expected latency among the safe choices"
+    after = ("in most draws it pays up to its capacity" if not shows_rps_star(r.p_break_even)
+             else "it stops paying only beyond the measured ceiling"
+             if r.rps_star_beyond_capacity else
+             f"it stops paying at about {r.rps_star:.3g} req/s")
+    return (f"{where}the lowest expected latency of the k with P(SD hurts) ≤ {eps:.0%}; "
+            f"{after}")
+
+
 def break_even_table(ds: xr.Dataset) -> pd.DataFrame:
     """One row per (setup, alpha, k > 0): C1R, C2R (medians), P(C2R > 1), the capacity (median,
     90%), RPS* (median, 90%), P(break-even), the alert line, and whether RPS* or the alert

@@ -234,3 +234,22 @@ def test_discrepancy_widens_the_bands_and_leaves_the_expectations():
     for name in ("expected_latency", "regret", "k_neutral", "rps_star", "rps_alert"):
         xr.testing.assert_equal(true[name], curve[name])
     np.testing.assert_allclose(spd.sel(stat="mean"), want, rtol=1e-12)
+
+
+def test_verdicts_say_on_or_off_which_k_and_why():
+    """At the worked example's loads: k = 6 while idle (it stops paying at RPS* 8.86), k = 2
+    near 9 req/s (its RPS* 12.73 lies past the 10 req/s ceiling), no SD at 13.5 (every draft
+    length is slower), nothing at 15 (the baseline saturates too)."""
+    c1, c2 = point_mass(10)
+    out = decide.analyse(c1, c2, [0.0, 9.0, 13.5, 15.0], measured=9.0, ceiling=10.0)
+    v = decide.verdicts(out.expand_dims(setup=["s"], alpha=[0.7])).set_index("rps")
+    assert v["answer"].to_list() == ["SD on, k = 6", "SD on, k = 2", "SD off", "saturated"]
+    assert v.loc[0.0, "rps_star"] == pytest.approx(8.86, abs=5e-3)
+    assert "stops paying at about 8.86 req/s" in v.loc[0.0, "reason"]
+    assert v.loc[9.0, "rps_star_beyond_capacity"]
+    assert "only beyond the measured ceiling" in v.loc[9.0, "reason"]
+    assert v.loc[13.5, "reason"].startswith("extrapolated")
+    assert "every draft length is slower than no SD" in v.loc[13.5, "reason"]
+    assert "(least: k = 2, 100%)" in v.loc[13.5, "reason"]
+    assert np.isnan(v.loc[15.0, "k"]) and "does not keep up" in v.loc[15.0, "reason"]
+    assert v.loc[0.0, "speedup"] == pytest.approx(C1[0] / C1[2])

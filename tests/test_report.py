@@ -30,8 +30,8 @@ import pytest
 from support.point_mass import point_mass
 
 from bayeslat import report
+from bayeslat.report import answer, inputs, page
 from bayeslat.report import data as data_section
-from bayeslat.report import inputs, page
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "data" / "example" / "sweep.parquet"
@@ -241,10 +241,52 @@ def test_report_refuses_an_unconverged_fit_unless_allowed(tiny_fit, tmp_path):
     assert '<p class="alert">The fit fit.nc did not converge' in head
     assert "adequacy warning" in head  # the k = 4 curve misfits
     ids = re.findall(r'<section id="([^"]+)">', text)
-    assert ids == list(report.SECTIONS) and ids[0] == "adequacy"
+    assert ids == list(report.SECTIONS) and ids[:2] == ["answer", "adequacy"]
+    answer_html = text[text.index('<section id="answer">'):text.index('<section id="adequacy">')]
+    assert "lowest, middle and highest measured load" in answer_html
+    assert len(re.findall(r"<td>(SD on, k = \d|SD off|saturated)</td>", answer_html)) == 3
     adequacy_html = text[text.index('<section id="adequacy">'):text.index('<section id="data">')]
     assert "points inside the 90% interval" in adequacy_html and "Warning:" in adequacy_html
     assert "k4" in adequacy_html and "NO" in adequacy_html
+
+
+def test_report_opens_with_the_answer_at_the_loads_asked_for(tiny_fit, tmp_path):
+    """--rps and --alpha set where the answer is given: one row per load and rate, on or off
+    as the decision Dataset says there; bad values are refused before any work."""
+    from typer.testing import CliRunner
+
+    from bayeslat import decide, fit
+    from bayeslat.cli import app
+
+    out = tmp_path / "r.html"
+    for bad in (["--alpha", "1.5"], ["--rps", "-1"], ["--rps", "x"]):
+        refused = CliRunner().invoke(app, ["report", str(tiny_fit["fit"]), "-o", str(out),
+                                           "--allow-unconverged", *bad])
+        assert refused.exit_code == 2 and bad[0] in refused.output and not out.exists()
+    data = inputs.Inputs({"fit.nc": fit.load(tiny_fit["fit"])})
+    data.predict_decisions()
+    data.predict_answers(rps=[0.5, 2.0, 3 * tiny_fit["ceiling"]], alpha=[0.7, 0.8])
+    answers = data.answers
+    assert data.asked and len(answers) == 6
+    assert sorted(set(answers["alpha"])) == [0.7, 0.8]
+    (setup, ds), = data.decisions.items()
+    loads = np.array([0.5, 2.0, 3 * tiny_fit["ceiling"]])
+    same = decide.each_setup(data.thin, decide.setups(data.model.table), [0.7, 0.8],
+                             ds["k"].values, {setup: loads})[0]
+    np.testing.assert_array_equal(answers["k"], same["k_risk"].isel(setup=0).transpose(
+        "alpha", "rps").values.ravel())
+    far = answers[answers["rps"] == 3 * tiny_fit["ceiling"]]
+    assert far["extrapolated"].all() and (far["answer"] == "saturated").all()
+    table = answer.answer_table(answers)
+    assert table["setup"].tolist() == [setup] + [""] * 5
+    assert table["load (req/s)"].str.endswith("(extrapolated)").tolist() == [
+        False, False, True] * 2
+
+
+def test_sections_drawn_in_processes_are_the_ones_drawn_here(tiny_fit):
+    """The forked drawing processes give the page byte for byte."""
+    one = report.build([tiny_fit["fit"]], allow_unconverged=True, jobs=1)
+    assert report.build([tiny_fit["fit"]], allow_unconverged=True, jobs=3) == one
 
 
 def test_decision_grids_end_at_the_measured_ceiling(tiny_fit):
@@ -300,9 +342,9 @@ def test_misfit_configurations_are_framed_with_their_coverage():
     configs = pd.DataFrame({"config": labels, "misfit": [False, True],
                             "inside_90": [1.0, 0.5]})
     group = schema.group_labels(table).iloc[0]
-    fig = collapse.group_figure(table, draws(table), grid, draws(grid), group, configs)
+    fig = collapse.configs_figure(table, draws(table), grid, draws(grid), list(labels), configs)
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles[0] == "k0" and titles[1].endswith("MISFIT: 50% inside 90%")
+    assert titles[0] == f"{group}\nk0" and titles[1].endswith("MISFIT: 50% inside 90%")
     assert fig.axes[1].spines["left"].get_linewidth() == 2.5
     assert fig.axes[0].spines["left"].get_linewidth() < 2.5
 
@@ -363,8 +405,8 @@ def test_example_report_opens_in_chromium(which, request, tmp_path):
 
     sections = [sid for sid, _ in checks["sections"]]
     assert all(title.strip() for _, title in checks["sections"])
-    # At least one figure in every section but the data table and the limits.
-    assert len(checks["images"]) >= len(report.SECTIONS) - 2
+    # At least one figure in every section but the answer, the data table and the limits.
+    assert len(checks["images"]) >= len(report.SECTIONS) - 3
     for complete, width, height, alt in checks["images"]:
         assert complete and width > 0 and height > 0, f"image {alt!r} did not decode"
     assert checks["errors"] == []

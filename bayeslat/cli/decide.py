@@ -12,12 +12,14 @@ import typer
 from rich.table import Table
 
 from bayeslat.cli.options import (
+    check_alphas,
+    check_loads,
     make_console,
     parse_floats,
     quiet_pymc,
-    shows_rps_star,
     unconverged_warning,
 )
+from bayeslat.decide import shows_rps_star
 from bayeslat.errors import InputError
 
 FORMATS = ("table", "json", "vllm")
@@ -72,15 +74,11 @@ def command(
         raise InputError("must be a probability in [0, 1]", field="--risk")
     if not 0 <= max_saturated < 1:
         raise InputError("must be a share of draws in [0, 1)", field="--max-saturated")
-    alphas = parse_floats(alpha, "--alpha")
-    if ((alphas < 0) | (alphas > 1)).any() or alphas.size == 0:
-        raise InputError("acceptance rates must lie in [0, 1]", field="--alpha")
+    alphas = check_alphas(alpha)
     ks = parse_floats(k, "--k")
     if (ks < 0).any() or (ks != np.round(ks)).any():
         raise InputError("draft lengths are whole numbers >= 0", field="--k")
-    loads = parse_floats(rps, "--rps") if rps else None
-    if loads is not None and ((loads < 0).any() or loads.size == 0):
-        raise InputError("loads must not be negative", field="--rps")
+    loads = check_loads(rps)
 
     model = load(model_path)
     diag = require_converged(model, allow_unconverged)

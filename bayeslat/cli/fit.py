@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from bayeslat.cli import options
-from bayeslat.cli.options import make_console, number, quiet_pymc, shows_rps_star
+from bayeslat.cli.options import make_console, number, quiet_pymc
+from bayeslat.decide import shows_rps_star
 from bayeslat.errors import FitError
 
 # Headline rows shown in the terminal; the file holds them all.

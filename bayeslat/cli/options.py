@@ -24,10 +24,22 @@ def parse_floats(text: str, option: str) -> np.ndarray:
                          "or start:stop:count (0:10:11)", field=option) from None
 
 
-def shows_rps_star(p_break_even: float) -> bool:
-    """Whether a table shows RPS*: it is summarised over the draws where it exists, so only
-    where most draws have one."""
-    return p_break_even >= 0.5
+def check_alphas(text: str, option: str = "--alpha") -> np.ndarray:
+    """Acceptance rates from ``text`` (:func:`parse_floats`), each in [0, 1]."""
+    alphas = parse_floats(text, option)
+    if ((alphas < 0) | (alphas > 1)).any() or alphas.size == 0:
+        raise InputError("acceptance rates must lie in [0, 1]", field=option)
+    return alphas
+
+
+def check_loads(text: str | None, option: str = "--rps") -> np.ndarray | None:
+    """Loads in req/s from ``text`` (:func:`parse_floats`), none negative; None for None."""
+    if not text:
+        return None
+    loads = parse_floats(text, option)
+    if (loads < 0).any() or loads.size == 0:
+        raise InputError("loads must not be negative", field=option)
+    return loads
 
 
 def unconverged_warning(diag) -> str:

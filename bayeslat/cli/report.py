@@ -6,7 +6,13 @@ from pathlib import Path
 
 import typer
 
-from bayeslat.cli.options import make_console, quiet_pymc, unconverged_warning
+from bayeslat.cli.options import (
+    check_alphas,
+    check_loads,
+    make_console,
+    quiet_pymc,
+    unconverged_warning,
+)
 
 
 def command(
@@ -24,10 +30,17 @@ def command(
     allow_unconverged: bool = typer.Option(False, "--allow-unconverged",
                                            help="Report on a fit that did not converge (the "
                                            "report then says so at the top)."),
+    rps: str = typer.Option(None, "--rps", help="Your loads in req/s (0,2,4 or "
+                            "start:stop:count), for the answer the page opens with. Default: "
+                            "each setup's lowest, middle and highest measured load."),
+    alpha: str = typer.Option(None, "--alpha", help="Your acceptance rate(s), for the answer "
+                              "the page opens with. Default: each setup's middle measured one."),
+    jobs: int = typer.Option(None, "--jobs", min=1, help="Processes that draw the figures; "
+                             "default: one per core."),
 ) -> None:
-    """Write an HTML report: adequacy, data, collapse and checks, coefficients, C1R/C2R,
-    speedup and RPS*, the k* map and decision table, diagnostics and LOO, and the model's
-    limits.
+    """Write an HTML report: the answer (SD on or off, which k, how sure), adequacy, data,
+    collapse and checks, coefficients, C1R/C2R, speedup and RPS*, the k* map and decision
+    table, diagnostics and LOO, and the model's limits.
 
     Figures and styles are embedded: the file opens in any browser with no network. A fit
     that did not converge is refused unless --allow-unconverged.
@@ -35,13 +48,16 @@ def command(
     from bayeslat import report
 
     quiet_pymc()
+    loads = check_loads(rps)
+    alphas = check_alphas(alpha) if alpha else None
 
     output = output if output is not None else Path("reports") / f"{models[0].stem}.html"
     console = make_console()
     with console.status("writing the report") as status:
         path = report.write(models, output, overwrite=overwrite, seed=seed,
                             status=lambda msg: status.update(msg),
-                            allow_unconverged=allow_unconverged)
+                            allow_unconverged=allow_unconverged, rps=loads, alpha=alphas,
+                            jobs=jobs)
     console.print(f"wrote {path}")
     if allow_unconverged:
         _warn_unconverged(console, models)

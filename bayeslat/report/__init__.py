@@ -2,9 +2,10 @@
 
 One module per section; :func:`build` assembles them in :data:`SECTIONS` order into one page
 (:mod:`bayeslat.report.page`) whose figures and styles are embedded, so it opens in any browser
-with no network. Every section is about the first model given; with several models the
-diagnostics section adds their PSIS-LOO comparison. The page opens with the model's adequacy
-(:mod:`bayeslat.adequacy`); a fit that did not converge is refused
+with no network. It opens with the answer (:mod:`bayeslat.report.answer`: per setup, SD on or
+off, which k, how sure), then the evidence, first the model's adequacy
+(:mod:`bayeslat.adequacy`). Every section is about the first model given; with several models
+the diagnostics section adds their PSIS-LOO comparison. A fit that did not converge is refused
 (:func:`bayeslat.fit.require_converged`) unless allowed, and then named at the top.
 """
 
@@ -18,8 +19,8 @@ from bayeslat import __version__
 from bayeslat.files import atomic_output
 
 # Section ids, in page order (each is a module of this package with a ``section`` function).
-SECTIONS = ("adequacy", "data", "collapse", "coefficients", "ratios", "speedup", "kstar",
-            "diagnostics", "limits")
+SECTIONS = ("answer", "adequacy", "data", "collapse", "coefficients", "ratios", "speedup",
+            "kstar", "diagnostics", "limits")
 
 
 def _names(paths: Sequence[Path]) -> list[str]:
@@ -30,7 +31,8 @@ def _names(paths: Sequence[Path]) -> list[str]:
 
 def build(paths: Sequence[str | os.PathLike], seed: int = 0,
           status: Callable[[str], None] | None = None,
-          allow_unconverged: bool = False) -> str:
+          allow_unconverged: bool = False, rps=None, alpha=None,
+          jobs: int | None = None) -> str:
     """The HTML report of the fits in ``paths`` (files written by ``bayeslat fit``).
 
     Parameters
@@ -45,14 +47,18 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
     allow_unconverged
         Report on fits that did not converge (else :class:`~bayeslat.errors.FitError`); the
         page then says so at the top.
+    rps, alpha
+        Loads (req/s) and acceptance rates at which the page opens with its answer
+        (:mod:`bayeslat.report.answer`); None: each setup's measured loads and its middle
+        measured acceptance rate.
+    jobs
+        Processes that draw the sections (:func:`draw`); None: one per core.
 
     Raises
     ------
     FitError
         A fit did not converge and ``allow_unconverged`` is false.
     """
-    import importlib
-
     from bayeslat import fit
     from bayeslat.report import inputs as inp
     from bayeslat.report import page
@@ -73,10 +79,9 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
     say("predicting latency at the measured points and along each configuration")
     data.predict_latency()
     data.predict_decisions(say)
-    sections = []
-    for sid in SECTIONS:
-        say(f"drawing the {sid} section")
-        sections.append(importlib.import_module(f"bayeslat.report.{sid}").section(data))
+    say("the answer at your loads")
+    data.predict_answers(rps, alpha)
+    sections = draw(data, say, jobs)
     model = data.model
     kept = data.thin.idata.posterior
     total = model.idata.posterior
@@ -88,6 +93,52 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
     if len(models) > 1:
         meta.append("Compared with: " + ", ".join(list(models)[1:]) + " (see Diagnostics).")
     return page.render(f"bayeslat report: {data.name}", meta, sections, alerts(data))
+
+
+def draw(data, say: Callable[[str], None], jobs: int | None = None) -> list:
+    """Every section of :data:`SECTIONS` drawn from ``data`` (:class:`inputs.Inputs`), in that
+    order.
+
+    The figures are most of a report's time and the sections are independent, so they are
+    drawn by ``jobs`` processes (None: one per core) forked after the predictions, which they
+    inherit unpickled; the slowest first (:data:`DRAW_ORDER`). Where the platform cannot fork,
+    or with one job, one at a time here.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = min(jobs or os.cpu_count() or 1, len(SECTIONS))
+    if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        out = []
+        for sid in SECTIONS:
+            say(f"drawing the {sid} section")
+            out.append(_section(sid, data))
+        return out
+    say(f"drawing the sections in {jobs} processes")
+    order = [sid for sid in DRAW_ORDER if sid in SECTIONS] + [
+        sid for sid in SECTIONS if sid not in DRAW_ORDER]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
+                             initializer=_keep, initargs=(data,)) as pool:
+        drawn = dict(zip(order, pool.map(_section, order), strict=True))
+    return [drawn[sid] for sid in SECTIONS]
+
+
+# The sections' drawing time on the example, slowest first (the order draw hands them out).
+DRAW_ORDER = ("speedup", "collapse", "kstar", "ratios", "coefficients", "diagnostics")
+_INPUTS = None  # a drawing process's inputs (draw)
+
+
+def _keep(data) -> None:
+    global _INPUTS
+    _INPUTS = data
+
+
+def _section(sid: str, data=None):
+    """Section ``sid`` drawn from ``data`` (None: this drawing process's inputs)."""
+    import importlib
+
+    return importlib.import_module(f"bayeslat.report.{sid}").section(
+        _INPUTS if data is None else data)
 
 
 def alerts(data) -> list[str]:
@@ -105,15 +156,19 @@ def alerts(data) -> list[str]:
 def write(paths: Sequence[str | os.PathLike], output: str | os.PathLike, *,
           overwrite: bool = False, seed: int = 0,
           status: Callable[[str], None] | None = None,
-          allow_unconverged: bool = False) -> Path:
+          allow_unconverged: bool = False, rps=None, alpha=None,
+          jobs: int | None = None) -> Path:
     """Build the report of ``paths`` and write it to ``output`` atomically.
 
     An existing ``output`` is an error unless ``overwrite``; it is checked before the
-    (minute-long) build starts. ``allow_unconverged``: see :func:`build`.
+    (minute-long) build starts. ``allow_unconverged``, ``rps``, ``alpha``, ``jobs``: see
+    :func:`build`.
     """
     with atomic_output(output, overwrite=overwrite) as tmp:
         tmp.write_text(build(paths, seed=seed, status=status,
-                             allow_unconverged=allow_unconverged), encoding="utf-8")
+                             allow_unconverged=allow_unconverged, rps=rps, alpha=alpha,
+                             jobs=jobs),
+                       encoding="utf-8")
     return Path(output)
 
 

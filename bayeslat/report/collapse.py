@@ -15,8 +15,8 @@ from bayeslat.fit import full_coefficients
 from bayeslat.report import page
 
 DRAWS = ("chain", "draw")
-# Figures of per-configuration checks: at most this many groups (the table lists every one).
-MAX_GROUPS = 12
+# Panels of per-configuration checks: the worst this many (the table lists every one).
+MAX_PANELS = 15
 PANEL_COLUMNS = 5
 
 
@@ -33,33 +33,30 @@ def section(inputs) -> page.Section:
     out.add(page.figure(collapse_figure(table, fitted),
                         "Universal collapse (left) and log residuals against x (right).",
                         "universal collapse"))
-    labels = schema.group_labels(table)
-    out.add("<h3>Per configuration: measured points over the predicted band</h3>",
+    check = inputs.check
+    coverage_df = coverage(table, fitted) if check is None else coverage_table(check.configs)
+    shown = coverage_df["configuration"].head(MAX_PANELS).tolist()  # worst first
+    out.add(f"<h3>The {len(shown)} configurations that fit worst: measured points over the "
+            "predicted band</h3>",
             page.text("Points: measured mean latency ± 2 standard errors. Grey bands: 50% and "
                       "90% posterior predictive intervals; line: posterior median of the "
                       "model's mean latency. Where the band leaves the plot the configuration "
                       "saturates. A thick frame and MISFIT in the title: fewer than "
                       f"{adequacy.CONFIG_COVERAGE_MIN:.0%} of the configuration's points lie "
                       "inside their 90% interval (the share is given; see the adequacy "
-                      "section)."))
-    check = inputs.check
-    shown = list(pd.unique(labels))[:MAX_GROUPS]
-    for group in shown:
-        fig = group_figure(table, fitted, inputs.curve_rows, inputs.curves, group,
-                           None if check is None else check.configs)
-        out.add(page.figure(fig, f"Posterior predictive check, group {group}.",
-                            f"check {group}"))
-    if labels.nunique() > MAX_GROUPS:
-        out.add(page.text(f"Figures are shown for the first {MAX_GROUPS} of "
-                          f"{labels.nunique()} groups; the table lists every configuration."))
+                      "section). The configurations are the first of the coverage table "
+                      "below, which lists every one."))
+    out.add(page.figure(configs_figure(table, fitted, inputs.curve_rows, inputs.curves, shown,
+                                       None if check is None else check.configs),
+                        f"Posterior predictive check of the {len(shown)} configurations with "
+                        "the lowest coverage.", "worst configurations"))
     out.add("<h3>Coverage per configuration</h3>",
             page.text("Share of measured points inside the 50% and 90% predictive intervals "
                       "(about 0.5 and 0.9 when the model is adequate), of its top "
                       f"{adequacy.TOP_LOADS} loads inside the 90% interval, the mean "
                       "standardised residual (positive: measured above the model) and the "
                       "model capacity over the measured ceiling. Worst first."),
-            page.table(coverage(table, fitted) if check is None else
-                       coverage_table(check.configs), scroll=True))
+            page.table(coverage_df, scroll=True))
     return out
 
 
@@ -120,9 +117,9 @@ def _binned_median(x, y, bins: int = 12):
             np.array([np.median(y[idx == b]) for b in used]))
 
 
-def group_figure(table, fitted, curve_rows, curves, group: str,
-                 configs: pd.DataFrame | None = None):
-    """One panel per configuration of ``group``: measured points over the predicted band.
+def configs_figure(table, fitted, curve_rows, curves, shown: list[str],
+                   configs: pd.DataFrame | None = None):
+    """One panel per configuration label in ``shown``: measured points over the predicted band.
 
     ``configs`` (:attr:`bayeslat.adequacy.Adequacy.configs`) marks the misfit configurations:
     a thick frame and their 90% coverage in the title (the page is grey-scale, so the mark
@@ -130,12 +127,10 @@ def group_figure(table, fitted, curve_rows, curves, group: str,
     """
     misfit = ({} if configs is None else
               configs.loc[configs["misfit"]].set_index("config")["inside_90"].to_dict())
-    in_group = (schema.group_labels(table) == group).to_numpy()
-    configs = (table[in_group].sort_values(["k", "alpha"]).pipe(schema.config_labels).unique())
     curve_labels = schema.config_labels(curve_rows).to_numpy()
     labels = schema.config_labels(table).to_numpy()
-    fig, axes = page.subplots(len(configs), PANEL_COLUMNS, width=2.7, height=2.2)
-    for ax, config in zip(axes, configs, strict=True):
+    fig, axes = page.subplots(len(shown), PANEL_COLUMNS, width=2.9, height=2.4)
+    for ax, config in zip(axes, shown, strict=True):
         cm = curve_labels == config
         loads = curve_rows["rps"].to_numpy()[cm]
         pp = curves["latency_pp"].isel(obs=np.flatnonzero(cm))
@@ -151,18 +146,17 @@ def group_figure(table, fitted, curve_rows, curves, group: str,
                     fmt="o", ms=3, mfc="white", mec="k", ecolor="k", lw=0.8)
         top = pts["latency_mean"].max()
         ax.set_ylim(0, 1.6 * top if np.isfinite(top) else None)
-        title = config.removeprefix(group).strip()
+        group = schema.group_labels(pts).iloc[0]
+        title = f"{group}\n{config.removeprefix(group).strip()}"
         if config in misfit:
             title += f"\nMISFIT: {misfit[config]:.0%} inside 90%"
             for spine in ax.spines.values():
                 spine.set(color="#b00000", linewidth=2.5)
-        ax.set_title(title, fontsize=8, color="#b00000" if config in misfit else "k",
+        ax.set_title(title, fontsize=7, color="#b00000" if config in misfit else "k",
                      fontweight="bold" if config in misfit else "normal")
         ax.tick_params(labelsize=7)
-    for ax in axes:
         ax.set_xlabel("rps (req/s)", fontsize=7)
         ax.set_ylabel("latency (s)", fontsize=7)
-    fig.suptitle(group, fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -58,6 +58,10 @@ class Inputs:
     # Per setup: the highest measured load and the measured ceiling (None: not measured), req/s.
     load_limits: dict[str, tuple[float, float | None]] = field(default_factory=dict)
     check: adequacy.Adequacy | None = None
+    # The answer per setup at the reader's loads and acceptance rates (decide.verdicts).
+    answers: pd.DataFrame | None = None
+    # Whether the answers are at loads or acceptance rates the reader asked for.
+    asked: bool = False
     # Models (by name) whose fit did not converge, with what failed; reported at the top.
     unconverged: dict[str, str] = field(default_factory=dict)
 
@@ -137,6 +141,42 @@ class Inputs:
                 self.shown_alphas[label] = members[label][2]
         order = [label for label in decide.setups(table)["setup"] if label in self.decisions]
         self.decisions = {label: self.decisions[label] for label in order}
+
+    def predict_answers(self, rps=None, alpha=None) -> None:
+        """:func:`bayeslat.decide.verdicts` of every setup with decisions, at the loads
+        ``rps`` (req/s; default: each setup's lowest, middle and highest measured load) and
+        acceptance rates ``alpha`` (default: its middle measured one), into :attr:`answers`.
+
+        One :func:`bayeslat.decide.from_model` per set of draft lengths, on the union of the
+        setups' loads and rates (an analysis per setup costs more than the extra points)."""
+        table = self.model.table
+        self.asked = rps is not None or alpha is not None
+        batches = {}
+        for _, row in decide.setups(table).iterrows():
+            label = row["setup"]
+            if label not in self.decisions:
+                continue
+            measured = setup_rows(table, row)["rps"]
+            loads = (np.asarray(rps, float) if rps is not None else
+                     np.unique([measured.min(), (measured.min() + measured.max()) / 2,
+                                measured.max()]))
+            shown = self.shown_alphas[label]
+            alphas = (np.asarray(alpha, float) if alpha is not None
+                      else np.array([shown[len(shown) // 2]]))
+            batch = batches.setdefault(tuple(self.decisions[label]["k"].values), {})
+            batch[label] = (row.to_frame().T.infer_objects(), loads, alphas)
+        parts = []
+        for ks, members in batches.items():
+            ds = decide.from_model(
+                self.thin, pd.concat([m[0] for m in members.values()], ignore_index=True),
+                np.unique(np.concatenate([m[2] for m in members.values()])), ks,
+                np.unique(np.concatenate([m[1] for m in members.values()])), seed=self.seed)
+            parts += [decide.verdicts(ds.sel(setup=[label], alpha=alphas, rps=loads))
+                      for label, (_, loads, alphas) in members.items()]
+        order = list(self.decisions)
+        self.answers = (pd.concat(parts, ignore_index=True).sort_values(
+            "setup", key=lambda col: col.map(order.index), kind="stable", ignore_index=True)
+            if parts else None)
 
     def _decisions(self, members: dict, alphas, ks) -> list:
         """:func:`bayeslat.decide.each_setup` of ``members`` (label: (setup row, loads, shown

@@ -39,6 +39,8 @@ th, td { border: 1px solid #bbb; padding: .25em .5em; text-align: right; }
 th { background: #eee; }
 td:first-child, th:first-child { text-align: left; }
 .scroll { max-height: 32em; overflow: auto; }
+table.answer td:nth-child(4) { font-weight: bold; white-space: nowrap; }
+table.answer td:last-child, table.answer th:last-child { text-align: left; }
 .note { background: #f4f4f4; border-left: 4px solid #555; padding: .5em 1em; }
 .warn { background: #fff4e0; border-left: 4px solid #a60; padding: .5em 1em; }
 .alert { background: #fde8e8; border: 2px solid #a00; padding: .6em 1em; font-weight: bold; }
@@ -105,13 +107,15 @@ def slug(alt: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", alt.lower()).strip("-") or "figure"
 
 
-def table(df: pd.DataFrame, floatfmt: str = "{:.3g}", scroll: bool = False) -> str:
-    """An HTML table of ``df`` (values escaped), floats formatted with ``floatfmt``."""
+def table(df: pd.DataFrame, floatfmt: str = "{:.3g}", scroll: bool = False,
+          cls: str | None = None) -> str:
+    """An HTML table of ``df`` (values escaped), floats formatted with ``floatfmt``; ``cls``:
+    the table's CSS class."""
     out = df.copy()
     for col in out.columns:
         if pd.api.types.is_float_dtype(out[col]):
             out[col] = out[col].map(lambda v: "–" if pd.isna(v) else floatfmt.format(v))
-    body = out.to_html(index=False, escape=True, border=0)
+    body = out.to_html(index=False, escape=True, border=0, classes=cls)
     return f'<div class="scroll">{body}</div>' if scroll else body
 
 

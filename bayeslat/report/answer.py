@@ -1,0 +1,69 @@
+"""Section: the answer first. Per setup, at the reader's loads: SD on or off, which k, how sure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bayeslat import decide
+from bayeslat.report import page
+
+
+def section(inputs) -> page.Section:
+    out = page.Section("answer", "The answer: turn SD on or off, with which k, how sure")
+    answers = inputs.answers
+    where = ("at the loads and acceptance rates asked for" if inputs.asked else
+             "at each setup's lowest, middle and highest measured load and its middle "
+             "measured acceptance rate (ask for yours with --rps and --alpha)")
+    out.add(page.text(
+        f"For each setup (a verifier, its lengths and hardware, and a drafter), {where}: the "
+        "risk-aware choice (the lowest expected latency among the draft lengths that are "
+        f"slower than no SD in at most {_epsilon(inputs):.0%} of the posterior draws), its "
+        "speedup (median and 90% interval, the scatter of the true latency included), the "
+        "probability that it is slower than no SD, the load RPS* at which it stops paying and "
+        "the alert line (SD hurts below it with 5% probability only). The evidence follows: "
+        "first whether the model fits its data."))
+    out.add(inputs.skipped_note())
+    if answers is None or not len(answers):
+        return out
+    out.add(page.table(answer_table(answers), cls="answer"))
+    return out
+
+
+def _epsilon(inputs) -> float:
+    return float(next(iter(inputs.decisions.values())).attrs.get("epsilon", 0.05))
+
+
+def answer_table(answers: pd.DataFrame) -> pd.DataFrame:
+    """:func:`bayeslat.decide.verdicts` as the page shows it: bands in one cell, the setup
+    named on its first row only."""
+    first = ~answers["setup"].duplicated()
+
+    def band(mid, lo, hi):
+        return [("–" if pd.isna(m) else f"{m:.3g} [{a:.3g}, {b:.3g}]")
+                for m, a, b in zip(answers[mid], answers[lo], answers[hi], strict=True)]
+
+    on = answers["k"].fillna(0).to_numpy() > 0
+    star = band("rps_star", "rps_star_q05", "rps_star_q95")
+    star = [s if not o else "none in most draws" if not decide.shows_rps_star(p) else
+            f"{s}, beyond the ceiling" if beyond else s
+            for s, o, p, beyond in zip(star, on, answers["p_break_even"],
+                                       answers["rps_star_beyond_capacity"], strict=True)]
+    alert = [("–" if not o else "none" if not np.isfinite(a) else
+              f"{a:.3g}, beyond the ceiling" if beyond else f"{a:.3g}")
+             for a, o, beyond in zip(answers["rps_alert"], on, answers["alert_beyond_capacity"],
+                                     strict=True)]
+    return pd.DataFrame({
+        "setup": answers["setup"].where(first, ""),
+        "alpha": answers["alpha"].map("{:g}".format),
+        "load (req/s)": [f"{r:.3g}" + (" (extrapolated)" if x else "")
+                         for r, x in zip(answers["rps"], answers["extrapolated"], strict=True)],
+        "answer": answers["answer"],
+        "speedup [90%]": [s if o else "–" for s, o in zip(
+            band("speedup", "speedup_q05", "speedup_q95"), on, strict=True)],
+        "P(SD hurts)": [f"{p:.2f}" if o else "–"
+                        for p, o in zip(answers["p_sd_hurts"], on, strict=True)],
+        "RPS* (req/s) [90%]": [s if o else "–" for s, o in zip(star, on, strict=True)],
+        "alert line (req/s)": alert,
+        "why": answers["reason"],
+    })
