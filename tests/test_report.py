@@ -289,6 +289,34 @@ def test_sections_drawn_in_processes_are_the_ones_drawn_here(tiny_fit):
     assert report.build([tiny_fit["fit"]], allow_unconverged=True, jobs=3) == one
 
 
+def test_latency_figure_shows_no_sd_and_the_chosen_k_in_its_colour_with_the_ceiling(tiny_fit):
+    """One panel per setup: k = 0 and the k the answer picks most often, each in the colour of
+    its k (the speedup figure's), the measured points, a legend, the measured ceiling."""
+    from matplotlib import colors
+
+    from bayeslat import fit
+    from bayeslat.report import latency, speedup
+
+    data = inputs.Inputs({"fit.nc": fit.load(tiny_fit["fit"])})
+    data.predict_decisions()
+    (setup, ds), = data.decisions.items()
+    alpha = data.shown_alphas[setup][0]
+    k = latency.chosen_k(ds, alpha)
+    picked = ds["k_risk"].sel(alpha=alpha).where(~ds["extrapolated"]).values
+    assert k in {2, 4} and (k == picked).any()
+    fig = latency.latency_figure(data)
+    ax, = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert colors.same_color(lines[f"SD, k = {k}"].get_color(), page.K_COLORS[k])
+    assert colors.same_color(lines["no SD (k = 0)"].get_color(), page.K_COLORS[0])
+    assert ax.get_legend() is not None
+    assert any(t.get_text().startswith(page.CEILING) for t in ax.texts)
+    spd = speedup.setup_figure(setup, ds, [alpha], data.load_limits[setup])
+    drawn = {line.get_label(): line.get_color() for line in spd.axes[0].get_lines()}
+    assert colors.same_color(next(c for label, c in drawn.items()
+                                  if label.startswith(f"k={k} ")), page.K_COLORS[k])
+
+
 def test_decision_grids_end_at_the_measured_ceiling(tiny_fit):
     from bayeslat import fit
 
@@ -394,6 +422,7 @@ def test_example_report_opens_in_chromium(which, request, tmp_path):
                       else COMMITTED_REPORT)
     text = example_report.read_text(encoding="utf-8")
     assert not re.search(r'(src|href)="(https?:)?//', text), "the report fetches something"
+    assert len(text.encode("utf-8")) <= 3 * 2**20, "the page must stay under 3 MB"
     checked = tmp_path / "checked.html"
     checked.write_text(text.replace("<head>", "<head>\n" + CHECKS, 1), encoding="utf-8")
     proc = _run_chromium(tmp_path, "--enable-logging=stderr", "--v=0",
@@ -418,3 +447,4 @@ def test_example_report_opens_in_chromium(which, request, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sections == list(report.SECTIONS), "rebuild reports/example.html (README)"
+    assert sections[0] == "answer"  # the answer before the evidence

@@ -19,8 +19,8 @@ from bayeslat import __version__
 from bayeslat.files import atomic_output
 
 # Section ids, in page order (each is a module of this package with a ``section`` function).
-SECTIONS = ("answer", "adequacy", "data", "collapse", "coefficients", "ratios", "speedup",
-            "kstar", "diagnostics", "limits")
+SECTIONS = ("answer", "adequacy", "latency", "data", "collapse", "coefficients", "ratios",
+            "speedup", "kstar", "diagnostics", "limits")
 
 
 def _names(paths: Sequence[Path]) -> list[str]:
@@ -124,7 +124,8 @@ def draw(data, say: Callable[[str], None], jobs: int | None = None) -> list:
 
 
 # The sections' drawing time on the example, slowest first (the order draw hands them out).
-DRAW_ORDER = ("speedup", "collapse", "kstar", "ratios", "coefficients", "diagnostics")
+DRAW_ORDER = ("speedup", "kstar", "latency", "ratios", "collapse", "coefficients",
+              "diagnostics")
 _INPUTS = None  # a drawing process's inputs (draw)
 
 

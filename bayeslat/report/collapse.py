@@ -122,8 +122,8 @@ def configs_figure(table, fitted, curve_rows, curves, shown: list[str],
     """One panel per configuration label in ``shown``: measured points over the predicted band.
 
     ``configs`` (:attr:`bayeslat.adequacy.Adequacy.configs`) marks the misfit configurations:
-    a thick frame and their 90% coverage in the title (the page is grey-scale, so the mark
-    does not rely on colour alone).
+    a thick red frame and their 90% coverage in the title (the mark does not rely on colour
+    alone).
     """
     misfit = ({} if configs is None else
               configs.loc[configs["misfit"]].set_index("config")["inside_90"].to_dict())

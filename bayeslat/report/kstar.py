@@ -18,7 +18,7 @@ def section(inputs) -> page.Section:
     out = page.Section("kstar", "Best draft length k* and the decision table")
     out.add(page.text(
         "k* is the draft length (k = 0: no SD) with the lowest mean latency at an acceptance "
-        "rate and load. Grey level: the most probable k* (darker = longer drafts); contours: "
+        "rate and load. Colour: the most probable k* (the colour of k in every figure); contours: "
         "the probability P(k* = k) of that most probable k (0.5, 0.8, 0.95), so pale regions "
         "between contours are where the data cannot yet tell the draft lengths apart. "
         "Hatched: every k saturates in more than half the draws. Loads end a little past "
@@ -51,7 +51,7 @@ def map_figure(decisions: dict, limits: dict | None = None):
     measured load, measured ceiling) mark the load axis."""
     limits = limits or {}
     ks = sorted({int(k) for ds in decisions.values() for k in ds["k"].values})
-    cmap = colors.ListedColormap([str(v) for v in np.linspace(0.95, 0.15, len(ks))])
+    cmap = colors.ListedColormap([page.k_style(k)["color"] for k in ks])
     norm = colors.BoundaryNorm(np.arange(len(ks) + 1) - 0.5, len(ks))
     fig, axes = page.subplots(len(decisions), PANEL_COLUMNS, width=4.0, height=3.2,
                               layout="constrained")
@@ -92,8 +92,8 @@ def probability_figure(inputs):
         shown = inputs.shown_alphas[setup]
         alpha = shown[len(shown) // 2]
         p = ds["p_best_k"].sel(alpha=alpha)
-        for i, k in enumerate(p["k"].values):
-            st = page.style(i)
+        for k in p["k"].values:
+            st = page.k_style(k)
             ax.plot(ds["rps"], p.sel(k=k), color=st["color"], ls=st["linestyle"],
                     marker=st["marker"], markevery=4, ms=3.5, mfc="white", lw=1.1,
                     label=f"k={k}")

@@ -31,9 +31,9 @@ def ratio_figure(decisions: dict, name: str):
     for ax, (setup, ds) in zip(axes, decisions.items(), strict=True):
         da = ds[name]
         alpha = da["alpha"].values
-        for i, k in enumerate(k for k in da["k"].values if k > 0):
+        for k in (k for k in da["k"].values if k > 0):
             one = da.sel(k=k)
-            st = page.style(i)
+            st = page.k_style(k)
             ax.fill_between(alpha, one.sel(stat="q05"), one.sel(stat="q95"), color=st["color"],
                             alpha=0.12, lw=0)
             ax.plot(alpha, one.sel(stat="q50"), color=st["color"], ls=st["linestyle"],

@@ -70,8 +70,8 @@ def _sd_ks(ds):
 def _speedup_panel(ax, ds):
     rps = ds["rps"].values
     spd = ds["speedup"]
-    for i, k in enumerate(_sd_ks(ds)):
-        st, one = page.style(i), spd.sel(k=k)
+    for k in _sd_ks(ds):
+        st, one = page.k_style(k), spd.sel(k=k)
         ax.fill_between(rps, one.sel(stat="q05"), one.sel(stat="q95"), color=st["color"],
                         alpha=0.10, lw=0)
         ax.fill_between(rps, one.sel(stat="q25"), one.sel(stat="q75"), color=st["color"],
@@ -110,7 +110,7 @@ def _break_even_boxes(ax, ds):
         q05, q25, q50, q75, q95 = (float(q.sel(stat=s)) for s in
                                    ("q05", "q25", "q50", "q75", "q95"))
         y, h = 0.04 + 0.06 * i, 0.04
-        st = page.style(i)
+        st = page.k_style(k)
         ax.plot([q05, q95], [y + h / 2] * 2, color=st["color"], lw=0.9, transform=trans)
         ax.add_patch(plt.Rectangle((q25, y), q75 - q25, h, transform=trans, facecolor="white",
                                    edgecolor=st["color"], lw=1))
@@ -128,8 +128,8 @@ def _saturated(ax, ds):
 
 def _hurts_panel(ax, ds):
     rps = ds["rps"].values
-    for i, k in enumerate(_sd_ks(ds)):
-        st = page.style(i)
+    for k in _sd_ks(ds):
+        st = page.k_style(k)
         ax.plot(rps, ds["p_sd_hurts"].sel(k=k), color=st["color"], ls=st["linestyle"],
                 marker=st["marker"], markevery=5, ms=4, mfc="white", lw=1.1)
     _saturated(ax, ds)
