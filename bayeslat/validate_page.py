@@ -2,7 +2,7 @@
 
 Built from the JSON document :func:`bayeslat.validate.write_json` writes (so a page can be
 rebuilt from a saved JSON without refitting), with the report's page machinery
-(:mod:`bayeslat.report.page`): one file, figures embedded, no scripts, nothing fetched.
+(:mod:`bayeslat.report.page`): one file, figures embedded, nothing fetched.
 
 Sections: a summary per variant (one row per split, the splits whose 90% coverage lies outside
 :data:`bayeslat.validate.COVERAGE_90` or whose refits did not converge named at the top), the

@@ -1,8 +1,9 @@
 """``bayeslat report``: the page's pieces (fast), the shipped example's report in Chromium (slow).
 
 The browser check runs Debian's ``chromium`` headless, with networking and first-run features off
-and a fresh profile. The report has no scripts; the test injects one into a copy of it that, on
-the page's ``load`` event, records every image's decoded size, every section, and every error
+and a fresh profile. The test injects a script into a copy of the report that, on the page's
+``load`` event, tries the page's own script (a long table's filter box and sorting), records
+every image's decoded size, every section, and every error
 (uncaught exceptions, failed resources, ``console.error``) into a ``data-checks`` attribute of
 ``<body>``; ``--dump-dom`` prints the DOM after the load, and the test parses it. Chromium's own
 log of console messages (``--enable-logging=stderr``) is checked as well. This needs no
@@ -59,8 +60,20 @@ CHECKS = """<script>
       return [img.complete, img.naturalWidth, img.naturalHeight, img.alt]; });
     var sections = Array.prototype.map.call(document.querySelectorAll('section'), function (s) {
       var h = s.querySelector('h2'); return [s.id, h ? h.textContent : '']; });
+    // the page's own script: a filter box per long table, sorting by a header's click
+    var long = document.querySelectorAll('table.long'), tables = {count: long.length};
+    tables.filters = document.querySelectorAll('input.filter').length;
+    if (long.length) {
+      var th = long[0].tHead.rows[0].cells[0], box = document.querySelector('input.filter');
+      th.click();
+      tables.sorted = th.getAttribute('data-sorted');
+      box.value = 'no-row-contains-this';
+      box.dispatchEvent(new Event('input'));
+      tables.shownAfterFilter = Array.prototype.filter.call(long[0].tBodies[0].rows,
+        function (r) { return r.style.display !== 'none'; }).length;
+    }
     document.body.setAttribute('data-checks', JSON.stringify(
-      {images: images, sections: sections, errors: errors}));
+      {images: images, sections: sections, errors: errors, tables: tables}));
   });
 })();
 </script>"""
@@ -107,7 +120,8 @@ def test_render_has_every_section_and_fetches_nothing():
         assert f'<section id="{sid}">' in out and f'href="#{sid}"' in out
     assert "x &lt; y" in out
     assert not re.search(r'(src|href)="(https?:)?//', out)
-    assert "<script" not in out and "<link" not in out
+    assert out.count("<script") == 1 and f"<script>{page.SCRIPT}</script>" in out
+    assert "<link" not in out
 
 
 def test_table_formats_floats_and_escapes():
@@ -439,6 +453,9 @@ def test_example_report_opens_in_chromium(which, request, tmp_path):
     for complete, width, height, alt in checks["images"]:
         assert complete and width > 0 and height > 0, f"image {alt!r} did not decode"
     assert checks["errors"] == []
+    tables = checks["tables"]
+    assert tables["count"] >= 3 and tables["filters"] == tables["count"]
+    assert tables["sorted"].strip() == "\u25b2" and tables["shownAfterFilter"] == 0
     assert [line for line in proc.stderr.splitlines() if ":CONSOLE" in line] == []
 
     shot = tmp_path / f"example-report-{which}.png"

@@ -1,7 +1,8 @@
 """The HTML page of a report: sections, embedded figures and tables, one inline stylesheet.
 
 Nothing is fetched when the page opens: figures are PNGs embedded as base64 ``data:`` URIs, the
-stylesheet is inline and the page has no scripts.
+stylesheet is inline, and one small inline script (:data:`SCRIPT`) makes the long tables
+filterable and sortable (without it they are plain scrolling tables).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ th, td { border: 1px solid #bbb; padding: .25em .5em; text-align: right; }
 th { background: #eee; }
 td:first-child, th:first-child { text-align: left; }
 .scroll { max-height: 32em; overflow: auto; }
+.filter { margin: .6em 0 0; font-size: .85em; }
+table.long th { cursor: pointer; }
+table.long th[data-sorted]::after { content: attr(data-sorted); }
 table.answer td:nth-child(4) { font-weight: bold; white-space: nowrap; }
 table.answer td:last-child, table.answer th:last-child { text-align: left; }
 .note { background: #f4f4f4; border-left: 4px solid #555; padding: .5em 1em; }
@@ -111,15 +115,59 @@ def slug(alt: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", alt.lower()).strip("-") or "figure"
 
 
+# Long tables (class "long"): a filter box above each (rows containing every word typed) and
+# sorting by a click on a column's header (numbers as numbers, "–" last). No library, nothing
+# fetched.
+SCRIPT = """
+document.querySelectorAll("table.long").forEach(function (table) {
+  var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+  var box = document.createElement("input");
+  box.type = "search"; box.className = "filter";
+  box.placeholder = "filter " + rows.length + " rows (words, all must match)";
+  table.parentNode.parentNode.insertBefore(box, table.parentNode);
+  box.addEventListener("input", function () {
+    var words = box.value.toLowerCase().split(/\\s+/).filter(Boolean);
+    rows.forEach(function (row) {
+      var text = row.textContent.toLowerCase();
+      row.style.display = words.every(function (w) { return text.indexOf(w) >= 0; })
+        ? "" : "none";
+    });
+  });
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, col) {
+    th.addEventListener("click", function () {
+      var down = th.getAttribute("data-sorted") === " \\u25B2";
+      Array.prototype.forEach.call(th.parentNode.cells, function (c) {
+        c.removeAttribute("data-sorted");
+      });
+      th.setAttribute("data-sorted", down ? " \\u25BC" : " \\u25B2");
+      function key(row) {
+        var t = row.cells[col].textContent.trim(), x = parseFloat(t);
+        return isNaN(x) ? t : x;
+      }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b), d;
+        if (typeof x === typeof y) d = x < y ? -1 : x > y ? 1 : 0;
+        else d = typeof x === "number" ? -1 : 1;
+        return down ? -d : d;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+"""
+
+
 def table(df: pd.DataFrame, floatfmt: str = "{:.3g}", scroll: bool = False,
           cls: str | None = None) -> str:
     """An HTML table of ``df`` (values escaped), floats formatted with ``floatfmt``; ``cls``:
-    the table's CSS class."""
+    the table's CSS class. A ``scroll`` table is a long one: it scrolls, and :data:`SCRIPT`
+    gives it a filter box and sorting by column."""
     out = df.copy()
     for col in out.columns:
         if pd.api.types.is_float_dtype(out[col]):
             out[col] = out[col].map(lambda v: "–" if pd.isna(v) else floatfmt.format(v))
-    body = out.to_html(index=False, escape=True, border=0, classes=cls)
+    classes = " ".join(c for c in (cls, "long" if scroll else None) if c) or None
+    body = out.to_html(index=False, escape=True, border=0, classes=classes)
     return f'<div class="scroll">{body}</div>' if scroll else body
 
 
@@ -132,7 +180,8 @@ def render(title: str, meta: list[str], sections: list[Section],
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
             f"<h1>{html.escape(title)}</h1>\n{top}{items(meta)}\n<nav><ol>{toc}</ol></nav>\n"
-            + "\n".join(s.html() for s in sections) + "\n</body>\n</html>\n")
+            + "\n".join(s.html() for s in sections)
+            + f"\n<script>{SCRIPT}</script>\n</body>\n</html>\n")
 
 
 # Marks of the load axis of speedup and k* panels.
