@@ -259,6 +259,8 @@ def test_report_refuses_an_unconverged_fit_unless_allowed(tiny_fit, tmp_path):
     answer_html = text[text.index('<section id="answer">'):text.index('<section id="adequacy">')]
     assert "lowest, middle and highest measured load" in answer_html
     assert len(re.findall(r"<td>(SD on, k = \d|SD off|saturated)</td>", answer_html)) == 3
+    # the k = 4 curve misses its top three loads: the answer says the fit there is poor
+    assert re.search(r"<td>POOR: \d+% of top-load points inside 90%", answer_html)
     adequacy_html = text[text.index('<section id="adequacy">'):text.index('<section id="data">')]
     assert "points inside the 90% interval" in adequacy_html and "Warning:" in adequacy_html
     assert "k4" in adequacy_html and "NO" in adequacy_html

@@ -21,12 +21,47 @@ def section(inputs) -> page.Section:
         f"slower than no SD in at most {_epsilon(inputs):.0%} of the posterior draws), its "
         "speedup (median and 90% interval, the scatter of the true latency included), the "
         "probability that it is slower than no SD, the load RPS* at which it stops paying and "
-        "the alert line (SD hurts below it with 5% probability only). The evidence follows: "
-        "first whether the model fits its data."))
+        "the alert line (SD hurts below it with 5% probability only). The last column says "
+        "how well the model fits the setup's top measured loads, where these answers are "
+        "decided: an answer at loads where it fits POORLY is a guess however narrow its band. "
+        "The evidence follows: first whether the model fits its data."))
     out.add(inputs.skipped_note())
     if answers is None or not len(answers):
         return out
-    out.add(page.table(answer_table(answers), cls="answer"))
+    table = answer_table(answers)
+    if inputs.check is not None:
+        fit = near_capacity(inputs)
+        table.insert(len(table.columns) - 1, "fit at the top loads",
+                     [fit.get(s, "") for s in table["setup"]])
+    out.add(page.table(table, cls="answer"))
+    return out
+
+
+def near_capacity(inputs) -> dict[str, str]:
+    """Per setup, how well the model fits its configurations' top measured loads, where the
+    answer matters most (:func:`bayeslat.adequacy.check`): the share of those points inside
+    their 90% interval (POOR below the check's bar for a configuration's points) and the model
+    capacity furthest from the measured ceiling (POOR beyond the check's tolerance)."""
+    from bayeslat import adequacy
+    from bayeslat.data import schema
+    from bayeslat.report.inputs import setup_rows
+
+    configs = inputs.check.configs.set_index("config")
+    out = {}
+    for _, row in decide.setups(inputs.model.table).iterrows():
+        mine = configs.reindex(schema.config_labels(setup_rows(inputs.model.table, row))
+                               .unique()).dropna(subset=["points"])
+        if not len(mine):
+            continue
+        top = float(np.average(mine["top_inside_90"],
+                               weights=np.minimum(mine["points"], adequacy.TOP_LOADS)))
+        ratio = mine["capacity_ratio"].dropna()
+        wall = ratio.loc[(ratio - 1).abs().idxmax()] if len(ratio) else np.nan
+        good = (top >= adequacy.CONFIG_COVERAGE_MIN
+                and not abs(wall - 1) > adequacy.CAPACITY_TOLERANCE)
+        out[row["setup"]] = (f"{'good' if good else 'POOR'}: {top:.0%} of top-load points "
+                             "inside 90%" + ("" if np.isnan(wall) else
+                                             f"; capacity {wall:.2g}× the ceiling"))
     return out
 
 
