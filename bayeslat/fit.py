@@ -369,7 +369,7 @@ def headline(model, seed: int = 0) -> pd.DataFrame:
     rows = model.rows
     sd = rows[rows["k"] > 0].drop_duplicates("config").assign(rps=0.0)
     base = sd.assign(k=0, alpha=np.nan, method="none", drafter="none", drafter_params_b=0.0)
-    if hasattr(model, "known"):  # dense: only groups whose baseline was measured
+    if model.per_configuration:  # only groups whose baseline was measured
         ok = model.known(prepare(base))
         sd, base = sd[ok], base[ok]
     if sd.empty:

@@ -482,7 +482,7 @@ def check(table: pd.DataFrame, variant: str, splits) -> list[Fold]:
         raise InputError(f"unknown split {', '.join(unknown)}; use one or more of "
                          f"{', '.join(CHECKS)}", field="split")
     todo = [f for name in splits if name != LOO for f in folds(table, name)]
-    if hasattr(get(variant), "known"):  # per-configuration variants: measured ones only
+    if get(variant).per_configuration:  # measured configurations only
         labels = schema.config_labels(table)
         for one in todo:
             if not labels[one.drop].isin(labels[~one.drop]).all():

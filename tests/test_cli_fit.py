@@ -110,6 +110,7 @@ class _CapacityStub:
     """A fitted model stand-in whose predict returns fixed capacity-form parts per k."""
 
     parts = ("C1", "C2", "C3", "Q")
+    per_configuration = False
     # k: (C1, C2, C3, Q); k = 6 meets its compute wall (1/C3 = 10 req/s) first
     PARTS = {0: (1.2, 0.07, 0.045, 1.0), 2: (0.92, 0.072, 0.055, 0.8), 6: (0.78, 0.085, 0.1, 1.2)}
 

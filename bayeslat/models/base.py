@@ -240,6 +240,10 @@ class LatencyModel:
     parts: ClassVar[tuple[str, ...]] = ("C1", "C2")
     # Whether the model has a capacity of its own that the measured ceilings inform.
     fits_ceilings: ClassVar[bool] = False
+    # Whether it predicts only the configurations it was fitted on (no scaling laws).
+    per_configuration: ClassVar[bool] = False
+    # Feature scales of the scaling laws per coefficient (none for the per-configuration ones).
+    scales: dict = {}
 
     def __init__(self, data: pd.DataFrame, config: ScalingConfig | None = None, *,
                  scales: dict | None = None, data_hash: str | None = None,

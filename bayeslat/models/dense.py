@@ -31,6 +31,7 @@ class DenseModel(LatencyModel):
     """Per-configuration ``C1``, ``C2`` with partial pooling."""
 
     variant = "dense"
+    per_configuration = True
 
     def setup(self, scales: dict | None) -> None:
         self.configs = pd.Index(pd.unique(self.rows["config"]))

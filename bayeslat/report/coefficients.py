@@ -44,7 +44,7 @@ def section(inputs) -> page.Section:
                         "coefficients per drafter in its group (log scale).",
                         "drafter coefficients"))
     panels = [(c, f) for c in scaling.COEFS for f in model.scales.get(c, {})
-              if f != scaling.INTERCEPT] if hasattr(model, "scales") else []
+              if f != scaling.INTERCEPT]
     if panels and any(f"beta_{c}" in post for c, _ in panels):
         out.add(page.text(
             "Scaling: each coefficient is a non-negative linear function of its features "

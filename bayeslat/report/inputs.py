@@ -113,7 +113,7 @@ class Inputs:
             rows = setup_rows(table, row)
             measured = rows["alpha"].dropna()
             # dense predicts only measured configurations: no acceptance rates in between
-            grid = measured if hasattr(self.model, "known") else np.r_[ALPHA_GRID, measured]
+            grid = measured if self.model.per_configuration else np.r_[ALPHA_GRID, measured]
             alphas = np.unique(np.round(grid, 3))
             setup = row.to_frame().T.infer_objects()
             top = float(rows["rps"].max())
