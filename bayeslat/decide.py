@@ -634,24 +634,33 @@ def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0
 
 
 def each_setup(model, setup: pd.DataFrame, alpha, ks, loads: dict, *, seed: int = 0,
-               **options) -> list[xr.Dataset]:
+               jobs: int | None = 1, **options) -> list[xr.Dataset]:
     """:func:`from_model` of each setup of ``setup`` on its own load grid ``loads[label]``
     (:func:`default_loads`), with the posterior parts predicted once for all of them: the
     same Datasets as one :func:`from_model` call per setup (with the same ``seed``; for a
     setup never measured, other draws of its new group), at a fraction of the cost. An MoE
-    verifier's latency solves a fixed point at each load, so it is predicted per setup."""
+    verifier's latency solves a fixed point at each load, so it is predicted per setup.
+
+    The setups are analysed by ``jobs`` forked processes (None: one per core;
+    :func:`bayeslat.parallel.fork_map`)."""
+    from bayeslat import parallel
+
     if "C1" not in model.parts:
-        return [from_model(model, setup.iloc[[i]], alpha, ks, loads[label], seed=seed,
-                           **options) for i, label in enumerate(setup["setup"])]
+        return parallel.fork_map(
+            lambda i, _: from_model(model, setup.iloc[[i]], alpha, ks,
+                                    loads[setup["setup"].iloc[i]], seed=seed, **options),
+            range(len(setup)), jobs=jobs)
     grid, rows, pred = _predict(model, setup, alpha, ks, None, seed)
-    out = []
-    for i, label in enumerate(setup["setup"]):
-        mine = (rows["setup"] == label).to_numpy()
-        out.append(_analyse_prediction(
+
+    def one(i, _):
+        mine = (rows["setup"] == setup["setup"].iloc[i]).to_numpy()
+        return _analyse_prediction(
             model, setup.iloc[[i]], grid[mine].reset_index(drop=True),
             rows[mine].reset_index(drop=True), pred.isel(obs=np.flatnonzero(mine)),
-            np.atleast_1d(np.asarray(loads[label], dtype=float)), seed=seed, **options))
-    return out
+            np.atleast_1d(np.asarray(loads[setup["setup"].iloc[i]], dtype=float)), seed=seed,
+            **options)
+
+    return parallel.fork_map(one, range(len(setup)), jobs=jobs)
 
 
 def _predict(model, setup: pd.DataFrame, alpha, ks, rps, seed: int):

@@ -177,7 +177,8 @@ def test_default_grid_per_setup_ends_at_the_measured_ceiling(fits):
 @pytest.mark.parametrize("name", ["hierarchical", "moe"])
 def test_each_setup_is_from_model_per_setup_with_one_prediction(fits, name, monkeypatch):
     """each_setup gives what one from_model call per setup on its own grid gives, with one
-    model.predict for all of them (the MoE verifier: one per setup, its loads in the grid)."""
+    model.predict for all of them (the MoE verifier: one per setup, its loads in the grid),
+    and the same in forked processes."""
     model = fit.load(fits[name])
     chosen = decide.setups(model.table)
     grids = decide.default_loads(model, chosen)
@@ -192,6 +193,10 @@ def test_each_setup_is_from_model_per_setup_with_one_prediction(fits, name, monk
     assert len(got) == len(expected) == len(chosen)
     for a, b in zip(got, expected, strict=True):  # the same arithmetic on other array shapes
         xr.testing.assert_allclose(a, b, rtol=1e-12)
+    # analysed in two forked processes: the same Datasets
+    forked = decide.each_setup(model, chosen, [0.6, 0.7], [0, 2], grids, jobs=2)
+    for a, b in zip(forked, got, strict=True):
+        xr.testing.assert_identical(a, b)
 
 
 def test_default_grid_through_the_cli(fits, monkeypatch):

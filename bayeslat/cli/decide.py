@@ -102,7 +102,8 @@ def command(
         datasets = [decide.from_model(model, chosen, alphas, ks.astype(int), loads, **options)]
     else:  # each setup on its own grid, up to its measured ceiling
         datasets = decide.each_setup(model, chosen, alphas, ks.astype(int),
-                                     decide.default_loads(model, chosen, seed=seed), **options)
+                                     decide.default_loads(model, chosen, seed=seed), jobs=None,
+                                     **options)
     info = pd.concat([_setup_info(ds) for ds in datasets], ignore_index=True)
     warnings += [f"{row.setup} was never measured: every load is a prediction of the scaling "
                  "laws (extrapolated)" for row in info.itertuples() if row.new_setup]

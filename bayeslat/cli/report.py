@@ -35,8 +35,8 @@ def command(
                             "each setup's lowest, middle and highest measured load."),
     alpha: str = typer.Option(None, "--alpha", help="Your acceptance rate(s), for the answer "
                               "the page opens with. Default: each setup's middle measured one."),
-    jobs: int = typer.Option(None, "--jobs", min=1, help="Processes that draw the figures; "
-                             "default: one per core."),
+    jobs: int = typer.Option(None, "--jobs", min=1, help="Processes that analyse the "
+                             "setups and draw the figures; default: one per core."),
 ) -> None:
     """Write an HTML report: the answer (SD on or off, which k, how sure), adequacy, data,
     collapse and checks, coefficients, C1R/C2R, speedup and RPS*, the k* map and decision

@@ -52,7 +52,8 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
         (:mod:`bayeslat.report.answer`); None: each setup's measured loads and its middle
         measured acceptance rate.
     jobs
-        Processes that draw the sections (:func:`draw`); None: one per core.
+        Processes that analyse the setups' decisions and draw the sections (:func:`draw`);
+        None: one per core.
 
     Raises
     ------
@@ -72,7 +73,7 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
         diag = fit.require_converged(models[name], allow_unconverged)
         if not diag.converged:
             unconverged[name] = "; ".join(diag.problems())
-    data = inp.Inputs(models, seed=seed)
+    data = inp.Inputs(models, seed=seed, jobs=jobs)
     data.unconverged = unconverged
     say("checking the fit against its data")
     data.check_adequacy()
@@ -100,46 +101,29 @@ def draw(data, say: Callable[[str], None], jobs: int | None = None) -> list:
     order.
 
     The figures are most of a report's time and the sections are independent, so they are
-    drawn by ``jobs`` processes (None: one per core) forked after the predictions, which they
-    inherit unpickled; the slowest first (:data:`DRAW_ORDER`). Where the platform cannot fork,
-    or with one job, one at a time here.
+    drawn by ``jobs`` processes (None: one per core; :func:`bayeslat.parallel.fork_map`)
+    forked after the predictions, which they inherit unpickled, the slowest first
+    (:data:`DRAW_ORDER`).
     """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from bayeslat import parallel
 
-    jobs = min(jobs or os.cpu_count() or 1, len(SECTIONS))
-    if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        out = []
-        for sid in SECTIONS:
-            say(f"drawing the {sid} section")
-            out.append(_section(sid, data))
-        return out
-    say(f"drawing the sections in {jobs} processes")
     order = [sid for sid in DRAW_ORDER if sid in SECTIONS] + [
         sid for sid in SECTIONS if sid not in DRAW_ORDER]
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
-                             initializer=_keep, initargs=(data,)) as pool:
-        drawn = dict(zip(order, pool.map(_section, order), strict=True))
+    say(f"drawing the sections ({parallel.jobs_for(jobs, len(order))} processes)")
+    drawn = dict(zip(order, parallel.fork_map(_section, order, data, jobs), strict=True))
     return [drawn[sid] for sid in SECTIONS]
 
 
 # The sections' drawing time on the example, slowest first (the order draw hands them out).
 DRAW_ORDER = ("speedup", "kstar", "latency", "ratios", "collapse", "coefficients",
               "diagnostics")
-_INPUTS = None  # a drawing process's inputs (draw)
 
 
-def _keep(data) -> None:
-    global _INPUTS
-    _INPUTS = data
-
-
-def _section(sid: str, data=None):
-    """Section ``sid`` drawn from ``data`` (None: this drawing process's inputs)."""
+def _section(sid: str, data):
+    """Section ``sid`` drawn from ``data``."""
     import importlib
 
-    return importlib.import_module(f"bayeslat.report.{sid}").section(
-        _INPUTS if data is None else data)
+    return importlib.import_module(f"bayeslat.report.{sid}").section(data)
 
 
 def alerts(data) -> list[str]:

@@ -46,6 +46,8 @@ class Inputs:
 
     models: dict[str, object]
     seed: int = 0
+    # Processes that analyse the setups' decisions (None: one per core).
+    jobs: int | None = None
     model: object = field(init=False)
     thin: object = field(init=False)
     fitted: xr.Dataset | None = None
@@ -184,7 +186,7 @@ class Inputs:
         setups = pd.concat([setup for setup, _, _ in members.values()], ignore_index=True)
         return decide.each_setup(self.thin, setups, alphas, ks,
                                  {label: loads for label, (_, loads, _) in members.items()},
-                                 seed=self.seed)
+                                 seed=self.seed, jobs=self.jobs)
 
     def mark_loads(self, ax, setup: str, label: bool = True) -> None:
         """Mark a panel of ``setup`` against load: the extrapolation beyond its highest
