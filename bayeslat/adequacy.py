@@ -29,7 +29,6 @@ and the schema, never the CLI or the report.
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass, field
 
@@ -173,7 +172,7 @@ def check(model, seed: int = 0, max_draws: int = MAX_DRAWS) -> Adequacy:
     Parameters
     ----------
     model
-        A fitted :class:`~bayeslat.models.base.LatencyModel` (``model.idata`` set).
+        A fitted :class:`~bayeslat.models.base.LatencyModel`.
     seed
         Seed of the choice of draws and of the Student-t scatter.
     max_draws
@@ -184,14 +183,14 @@ def check(model, seed: int = 0, max_draws: int = MAX_DRAWS) -> Adequacy:
     Adequacy
         Tables, headline figures and warnings; see :class:`Adequacy`.
     """
-    if getattr(model, "idata", None) is None:
+    if not model.fitted:
         raise FitError("the model is not fitted; fit it or load a fit before checking it")
-    thin = _thinned(model, max_draws, seed)
+    thin = model.thinned(max_draws, np.random.default_rng([seed, 0]))
     rows = model.rows
     parts, latency = _predict(thin, model, seed)
     points = _predictive_points(thin, parts, latency, rows, seed)
     configs = _configs(points, _capacity(parts, rows), measured_ceilings(model))
-    figures = _figures(points, configs, model.idata.posterior)
+    figures = _figures(points, configs, model.posterior)
     return Adequacy(points=points, configs=configs, figures=figures,
                     warnings=_warnings(figures, configs, "C3" in model.parts))
 
@@ -225,7 +224,7 @@ def _predictive_points(model, parts: xr.Dataset, latency: xr.DataArray, rows: pd
                        seed: int) -> pd.DataFrame:
     """Predictive quantiles of each row's measured latency (:func:`_points`): the model's
     latency moved by the benchmark's protocol offset, with the likelihood's scatter."""
-    post = model.idata.posterior
+    post = model.posterior
     latency = latency * np.exp(model.protocol_shift(post, rows))
     se_rel = xr.DataArray(rows["se_rel"].to_numpy(float), dims="obs")
     scale = np.sqrt(model.scatter(post, parts, rows["rps"]) ** 2 + se_rel**2)
@@ -299,17 +298,6 @@ def group_ceilings(model) -> dict[str, float]:
 
 
 # -- internals ---------------------------------------------------------------------------------
-def _thinned(model, max_draws: int, seed: int):
-    """A shallow copy of ``model`` keeping at most ``max_draws`` posterior draws in all."""
-    post = model.idata.posterior
-    per_chain = max(1, max_draws // post.sizes["chain"])
-    if post.sizes["draw"] <= per_chain:
-        return model
-    rng = np.random.default_rng([seed, 0])
-    keep = np.sort(rng.choice(post.sizes["draw"], per_chain, replace=False))
-    out = copy.copy(model)
-    out.idata = model.idata.isel(draw=keep)
-    return out
 
 
 def _predict(thin, model, seed: int) -> tuple[xr.Dataset, xr.DataArray]:

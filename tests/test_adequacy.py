@@ -58,6 +58,14 @@ class Fitted:
 
     scatter = LatencyModel.scatter
     protocol_shift = staticmethod(LatencyModel.protocol_shift)
+    fitted = True
+
+    @property
+    def posterior(self):
+        return self.idata.posterior
+
+    def thinned(self, max_draws, rng):
+        return self
 
     def latency(self, parts, rows):
         rps = xr.DataArray(rows["rps"].to_numpy(), dims="obs")
@@ -256,7 +264,7 @@ def test_predictive_draws_have_the_likelihood_scale_and_are_seeded():
 
 def test_an_unfitted_model_is_a_fit_error():
     class Unfitted:
-        idata = None
+        fitted = False
 
     with pytest.raises(FitError, match="not fitted"):
         adequacy.check(Unfitted())

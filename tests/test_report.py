@@ -161,20 +161,19 @@ def test_curves_cover_every_configuration_past_its_highest_load():
     assert (grid.groupby(labels)["rps"].min() == 0).all()
 
 
-def test_thinning_keeps_the_same_random_draws_in_every_chain():
-    import arviz as az
+def test_thinning_keeps_the_same_random_draws_in_every_chain(tiny_fit):
+    from bayeslat import fit
 
-    class Fitted:
-        idata = az.from_dict(posterior={"sigma": np.arange(4 * 50.0).reshape(4, 50)})
-
-    thin = inputs.thinned(Fitted(), 40, seed=1)
-    post = thin.idata.posterior
-    assert post.sizes == {"chain": 4, "draw": 10}
+    whole = fit.load(tiny_fit["fit"])  # 2 chains x 20 draws
+    thin = whole.thinned(10, np.random.default_rng(1))
+    post = thin.posterior
+    assert dict(post.sizes)["chain"] == 2 and dict(post.sizes)["draw"] == 5
     kept = post["draw"].values
-    assert len(set(kept)) == 10 and not np.array_equal(kept, np.arange(10))
-    np.testing.assert_array_equal(post["sigma"].values[1], 50 + kept)
-    whole = Fitted()
-    assert inputs.thinned(whole, 400, seed=1) is whole  # nothing to thin
+    assert len(set(kept)) == 5 and not np.array_equal(kept, np.arange(5))
+    np.testing.assert_array_equal(post["sigma"].values,
+                                  whole.posterior["sigma"].sel(draw=kept).values)
+    assert thin.idata.groups() == ["posterior"] and "sample_stats" in whole.idata.groups()
+    assert whole.thinned(400, np.random.default_rng(1)) is whole  # nothing to thin
 
 
 def test_report_refuses_to_overwrite_before_doing_any_work(tmp_path):

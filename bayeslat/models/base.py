@@ -37,6 +37,7 @@ per-unit coefficients.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -279,7 +280,7 @@ class LatencyModel:
             import arviz as az
 
             path, groups = self._stored
-            groups = _read_groups(path, skip=groups) | groups
+            groups = (_read_groups(path, skip=groups) if path else {}) | groups
             self._idata, self._stored = az.InferenceData(**groups), None
         return self._idata
 
@@ -296,6 +297,19 @@ class LatencyModel:
         if self._idata is None:
             raise FitError("the model is not fitted; call fit() or bayeslat.load() first")
         return self._idata.posterior
+
+    def thinned(self, max_draws: int, rng: np.random.Generator) -> LatencyModel:
+        """A shallow copy whose posterior keeps at most ``max_draws`` draws in all, the same
+        draw indices (chosen by ``rng``) in every chain; ``self`` where there are no more. The
+        copy holds that posterior alone (its :attr:`idata` has no other group)."""
+        post = self.posterior
+        per_chain = max(1, max_draws // post.sizes["chain"])
+        if post.sizes["draw"] <= per_chain:
+            return self
+        keep = np.sort(rng.choice(post.sizes["draw"], per_chain, replace=False))
+        out = copy.copy(self)
+        out._idata, out._stored = None, (None, {"posterior": post.isel(draw=keep)})
+        return out
 
     @property
     def fitted(self) -> bool:

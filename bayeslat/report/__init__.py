@@ -84,8 +84,8 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
     data.predict_answers(rps, alpha)
     sections = draw(data, say, jobs)
     model = data.model
-    kept = data.thin.idata.posterior
-    total = model.idata.posterior
+    kept = data.thin.posterior
+    total = model.posterior
     meta = [f"Model: {data.name} (variant {model.variant}), fitted to {len(model.table)} "
             f"benchmarks; data hash {model.data_hash[:12]}.",
             f"Figures and tables use {kept.sizes['chain'] * kept.sizes['draw']} of "

@@ -26,7 +26,7 @@ FEATURE_LABELS = {"verifier_params_b": "verifier size (1e9 params)",
 
 
 def section(inputs) -> page.Section:
-    model, post = inputs.model, inputs.thin.idata.posterior
+    model, post = inputs.model, inputs.thin.posterior
     out = page.Section("coefficients", "Per-stage coefficients and their scaling")
     if not all(c in post for c in scaling.COEFS):
         return out.add(page.text(

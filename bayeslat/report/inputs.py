@@ -10,7 +10,6 @@ picked at random with the report's seed.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,7 +68,7 @@ class Inputs:
 
     def __post_init__(self):
         self.model = next(iter(self.models.values()))
-        self.thin = thinned(self.model, MAX_DRAWS, self.seed)
+        self.thin = self.model.thinned(MAX_DRAWS, np.random.default_rng(self.seed))
 
     @property
     def name(self) -> str:
@@ -81,7 +80,7 @@ class Inputs:
         grid = curve_rows(table)
         rows = pd.concat([table, grid], ignore_index=True)
         pred = self.thin.predict(rows, seed=self.seed)
-        post = self.thin.idata.posterior
+        post = self.thin.posterior
         # the measured latency's predictive: the model's, moved by the protocol's offset,
         # times the likelihood's discrepancy (the measurement error left out)
         scatter = self.thin.discrepancy(pred, rows["rps"], self.seed)
@@ -209,20 +208,6 @@ def pick(wanted, grid) -> list[float]:
     if len(wanted) > MAX_ALPHAS:
         wanted = wanted[np.linspace(0, len(wanted) - 1, MAX_ALPHAS).round().astype(int)]
     return [float(grid[np.argmin(np.abs(grid - a))]) for a in wanted]
-
-
-def thinned(model, max_draws: int, seed: int):
-    """A shallow copy of ``model`` whose posterior keeps at most ``max_draws`` draws in all,
-    the same randomly chosen draw indices in every chain."""
-    post = model.idata.posterior
-    per_chain = max(1, max_draws // post.sizes["chain"])
-    if post.sizes["draw"] <= per_chain:
-        return model
-    rng = np.random.default_rng(seed)
-    keep = np.sort(rng.choice(post.sizes["draw"], per_chain, replace=False))
-    out = copy.copy(model)
-    out.idata = model.idata.isel(draw=keep)
-    return out
 
 
 def load_grid(highest: float) -> np.ndarray:
