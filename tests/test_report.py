@@ -298,6 +298,19 @@ def test_report_opens_with_the_answer_at_the_loads_asked_for(tiny_fit, tmp_path)
         False, False, True] * 2
 
 
+def test_every_figure_has_a_legend(tiny_fit, monkeypatch):
+    figure, seen = page.figure, {}
+
+    def record(fig, caption, alt=None):
+        seen[alt or caption] = bool(fig.legends) or any(ax.get_legend() is not None
+                                                         for ax in fig.axes)
+        return figure(fig, caption, alt)
+
+    monkeypatch.setattr(page, "figure", record)
+    report.build([tiny_fit["fit"]], allow_unconverged=True, jobs=1)
+    assert len(seen) >= 10 and [alt for alt, has in seen.items() if not has] == []
+
+
 def test_sections_drawn_in_processes_are_the_ones_drawn_here(tiny_fit):
     """The forked drawing processes give the page byte for byte."""
     one = report.build([tiny_fit["fit"]], allow_unconverged=True, jobs=1)

@@ -91,6 +91,9 @@ def forest_figure(post: xr.Dataset, coefs: tuple[str, ...]):
         ax.grid(axis="x", color="0.9")
     axes[0].set_yticks(range(len(labels)), labels, fontsize=7)
     axes[0].invert_yaxis()
+    page.key(axes[-1], [("90% interval", {"lw": 1}), ("50% interval", {"lw": 3.5}),
+                        ("median", {"marker": "o", "ls": "none", "mfc": "white", "ms": 5})],
+             fontsize=6, loc="lower right")
     fig.tight_layout()
     return fig
 
@@ -99,6 +102,11 @@ def scaling_figure(model, post: xr.Dataset, panels):
     fig, axes = page.subplots(len(panels), 4, width=3.3, height=2.8)
     for ax, (coef, feature) in zip(axes, panels, strict=True):
         _scaling_panel(ax, model, post, coef, feature)
+    page.key(axes[0], [("scaling line: 90%", {"facecolor": "0.88"}),
+                       ("50%", {"facecolor": "0.7"}), ("median", {"lw": 1.2}),
+                       ("units (90%)", {"marker": "o", "ls": "none", "mfc": "white",
+                                        "ms": 3.5})],
+             fontsize=6, loc="upper left")
     fig.tight_layout()
     return fig
 

@@ -130,6 +130,12 @@ def configs_figure(table, fitted, curve_rows, curves, shown: list[str],
     curve_labels = schema.config_labels(curve_rows).to_numpy()
     labels = schema.config_labels(table).to_numpy()
     fig, axes = page.subplots(len(shown), PANEL_COLUMNS, width=2.9, height=2.4)
+    page.key(axes[0], [("90% predictive", {"facecolor": "0.85"}),
+                       ("50% predictive", {"facecolor": "0.6"}),
+                       ("model median", {"lw": 1}),
+                       ("measured ± 2 se", {"marker": "o", "ls": "none", "mfc": "white",
+                                            "ms": 4})],
+             fontsize=6, loc="upper left")
     for ax, config in zip(axes, shown, strict=True):
         cm = curve_labels == config
         loads = curve_rows["rps"].to_numpy()[cm]

@@ -79,6 +79,13 @@ def map_figure(decisions: dict, limits: dict | None = None):
         ax.set_xlabel("load rps (req/s)", fontsize=8)
         ax.set_ylabel("acceptance rate alpha", fontsize=8)
         ax.tick_params(labelsize=7)
+    page.key(axes[0], [("P(k*) = 0.5", {"lw": 0.6, "ls": ":"}),
+                       ("P(k*) = 0.8", {"lw": 0.9, "ls": "--"}),
+                       ("P(k*) = 0.95", {"lw": 1.3}),
+                       ("every k saturates", {"facecolor": "none", "hatch": "////"}),
+                       ("extrapolation", {"facecolor": "white", "alpha": 0.6,
+                                          "edgecolor": "0.5"})],
+             fontsize=6, loc="upper right")
     bar = fig.colorbar(mesh, ax=list(axes), ticks=range(len(ks)), shrink=0.6)
     bar.ax.set_yticklabels([str(k) for k in ks])
     bar.set_label("most probable k* (tokens)")

@@ -229,6 +229,19 @@ def subplots(n: int, ncols: int, width: float = 3.6, height: float = 2.8, **kwar
     return fig, flat[:n]
 
 
+def key(ax, entries: list[tuple[str, dict]], **kwargs) -> None:
+    """A legend on ``ax`` of ``(label, style)`` entries that need no plotted artist: a style
+    with ``facecolor`` is a filled patch, any other a line (``color``, ``lw``, ``ls``,
+    ``marker``, ...)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(label=label, **style) if "facecolor" in style else
+               Line2D([], [], label=label, **{"color": "k"} | style)
+               for label, style in entries]
+    ax.legend(handles=handles, **{"fontsize": 7} | kwargs)
+
+
 def two_lines(label: str) -> str:
     """A long setup label broken before its drafter (``group\nmethod:drafter``)."""
     head, _, tail = label.rpartition(" ")
