@@ -3,7 +3,7 @@ r"""Rank-normalised split R-hat and bulk and tail ESS (Vehtari et al. 2021), eve
 The same estimators as ArviZ's ``rhat`` (``method="rank"``) and ``ess`` (``"bulk"``,
 ``"tail"``), to floating-point precision, but vectorised over the variables: ArviZ loops over
 them in Python, 4.1 s for the 700 values of a paper-scale posterior at 950 draws, where sampling
-to the convergence bar (:func:`bayeslat.fit.sample`) checks the bar a dozen times.
+to the convergence bar (:func:`bayeslat.models.sampling.sample`) checks the bar a dozen times.
 
 For draws ``x`` of shape ``(chain, draw, K)`` (``K`` variables): each chain is split in halves
 (the first and the last ``draw // 2``), the values are rank-normalised per variable,

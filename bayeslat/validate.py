@@ -66,11 +66,11 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import adequacy, decide, fit, theory
+from bayeslat import adequacy, decide, theory
 from bayeslat.data import schema
 from bayeslat.errors import InputError
 from bayeslat.files import atomic_output
-from bayeslat.models import get
+from bayeslat.models import get, sampling
 from bayeslat.models.base import PARETO_K, psis_loo
 from bayeslat.models.start import curve_fits, group_coefficients, group_fit
 
@@ -494,7 +494,7 @@ def check(table: pd.DataFrame, variant: str, splits) -> list[Fold]:
 
 
 def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: int = 0,
-        status=None, decisions: bool = True, **sampling) -> Validation:
+        status=None, decisions: bool = True, **sampler) -> Validation:
     """Refit ``variant`` once per fold of each split and score its held-out predictions.
 
     Parameters
@@ -511,9 +511,9 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     decisions
         Also score each fold's decisions against the whole sweep's fit (one fit more, shared
         with the ``loo`` check; :func:`decision_score`).
-    sampling
-        Passed to :func:`bayeslat.fit.sample` (``draws``, ``tune``, ``chains``, ``sampler``,
-        ``exact``, ``progressbar``).
+    sampler
+        Passed to :func:`bayeslat.models.sampling.sample` (``draws``, ``tune``, ``chains``,
+        ``sampler``, ``exact``, ``progressbar``).
     """
     table = schema.validate(table).reset_index(drop=True)
     todo = check(table, variant, splits)
@@ -522,8 +522,8 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     def fitted(rows: pd.DataFrame):
         model = get(variant)(rows.reset_index(drop=True), config)
         clock = time.perf_counter()
-        fit.sample(model, seed=seed, **sampling)
-        diag = fit.diagnostics(model.idata, time.perf_counter() - clock)
+        sampling.sample(model, seed=seed, **sampler)
+        diag = sampling.diagnostics(model.idata, time.perf_counter() - clock)
         return model, {"converged": bool(diag.converged), "max_rhat": diag.max_rhat,
                        "min_ess_bulk": diag.min_ess_bulk, "divergences": diag.divergences,
                        "seconds": round(diag.seconds, 1)}

@@ -39,10 +39,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bayeslat import adequacy, decide, fit, validate  # noqa: E402
+from bayeslat import adequacy, decide, validate  # noqa: E402
 from bayeslat.cli.options import quiet_pymc  # noqa: E402
 from bayeslat.data import schema  # noqa: E402
-from bayeslat.models import get  # noqa: E402
+from bayeslat.models import get, sampling  # noqa: E402
 from bayeslat.models.base import PARETO_K, psis_loo  # noqa: E402
 
 EXAMPLE = ROOT / "data" / "example" / "sweep.parquet"
@@ -54,9 +54,9 @@ def fitted(variant: str, table: pd.DataFrame, args, label: str):
     """A fitted model of ``variant``, its wall time and diagnostics printed."""
     model = get(variant)(table)
     start = time.perf_counter()
-    idata = fit.sample(model, draws=args.draws, tune=args.draws, chains=args.chains,
+    idata = sampling.sample(model, draws=args.draws, tune=args.draws, chains=args.chains,
                        seed=args.seed, progressbar=False)
-    diag = fit.diagnostics(idata, time.perf_counter() - start)
+    diag = sampling.diagnostics(idata, time.perf_counter() - start)
     timing = json.loads(idata.posterior.attrs["sampler"])
     print(f"  [{label}] {variant}: {diag.seconds:.1f} s (compile {timing.get('compile_s', 0):.1f}"
           f" s), max R-hat {diag.max_rhat:.3f}, min bulk/tail ESS {diag.min_ess_bulk:.0f}/"

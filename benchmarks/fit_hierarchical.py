@@ -18,7 +18,7 @@ on a 2-core machine, and agreement for >= 95% of configurations.
         [--likelihood summary,exact] [--draws N] [--tune N] [--chains N]
 
 ``--draws`` and ``--chains`` default to what ``bayeslat fit`` does: chains for the machine,
-drawing until the convergence bar holds (:func:`bayeslat.fit.sample`).
+drawing until the convergence bar holds (:func:`bayeslat.models.sampling.sample`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import pandas as pd
 from bayeslat import fit
 from bayeslat.cli.options import quiet_pymc
 from bayeslat.data import schema
+from bayeslat.models import sampling
 from bayeslat.models.hierarchical import HierarchicalModel
 from bayeslat.models.start import curve_fits
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
@@ -50,7 +51,7 @@ def main() -> None:
     parser.add_argument("--likelihood", default="summary,exact")
     # default: what bayeslat fit does (draws until the bar holds, chains for the machine)
     parser.add_argument("--draws", type=int, default=None)
-    parser.add_argument("--tune", type=int, default=fit.TUNE)
+    parser.add_argument("--tune", type=int, default=sampling.TUNE)
     parser.add_argument("--chains", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -73,7 +74,7 @@ def main() -> None:
     for likelihood in args.likelihood.split(","):
         clock = time.perf_counter()
         model = HierarchicalModel(table)
-        fit.sample(model, draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed,
+        sampling.sample(model, draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed,
                    sampler="nutpie", progressbar=False, exact=likelihood == "exact")
         describe(model, time.perf_counter() - clock)
         fits[likelihood] = model
@@ -84,7 +85,7 @@ def main() -> None:
 def describe(model, wall: float) -> None:
     """Print a fit's time, convergence and how hard its posterior is to sample."""
     idata = model.idata
-    diag = fit.diagnostics(idata, wall)
+    diag = sampling.diagnostics(idata, wall)
     timing = json.loads(idata.posterior.attrs["sampler"])
     print(f"hierarchical fit, {fit.sampler_line(idata)}")
     print(f"{fit.likelihood_line(idata)}: wall {wall:.1f} s")
@@ -101,8 +102,8 @@ def describe(model, wall: float) -> None:
     per_draw = grads / scalars[0][0]
     parallel = min(timing["chains"], timing["cores"])  # chains running at once
     print(f"gradient evaluations after tuning: {grads:.0f}, {per_draw:.0f} per effective draw "
-          f"of the slowest variable, {per_draw * fit.MIN_ESS:.0f} for a bulk ESS of "
-          f"{fit.MIN_ESS}; per evaluation {timing['sample_s'] / grads * parallel * 1e6:.0f} "
+          f"of the slowest variable, {per_draw * sampling.MIN_ESS:.0f} for a bulk ESS of "
+          f"{sampling.MIN_ESS}; per evaluation {timing['sample_s'] / grads * parallel * 1e6:.0f} "
           "µs (the sampling time, tuning included, over the evaluations after tuning)")
     print("slowest mixing:", ", ".join(f"{name} (bulk ESS {ess:.0f}, R-hat {rhat:.3f})"
                                        for ess, rhat, name in scalars[:3]))

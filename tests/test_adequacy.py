@@ -16,6 +16,7 @@ from support.point_mass import point_mass
 
 from bayeslat import adequacy, theory
 from bayeslat.errors import FitError
+from bayeslat.models import sampling
 from bayeslat.models.base import LatencyModel, prepare
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
@@ -274,14 +275,13 @@ def test_a_real_model_with_mocked_draws_is_checked(monkeypatch):
     import pymc as pm
     from pymc.testing import mock_sample
 
-    from bayeslat import fit
     from bayeslat.models import get
 
     monkeypatch.setattr(pm, "sample", mock_sample)
     table, _ = sample_sweep(SamplerSpec(prefill_tokens=(128.0,), decode_tokens=(64.0,),
                                         alphas=(0.8,), ks=(2,), n_rates=4), seed=2)
     model = get("dense")(table)
-    fit.sample(model, draws=10, chains=2, sampler="pymc", progressbar=False)
+    sampling.sample(model, draws=10, chains=2, sampler="pymc", progressbar=False)
     out = adequacy.check(model, seed=1)
     assert len(out.points) == len(table) and len(out.configs) == 2
     assert out.points[["in50", "in90"]].dtypes.eq(bool).all()

@@ -16,6 +16,7 @@ from bayeslat import fit, theory
 from bayeslat.cli import app
 from bayeslat.data import schema
 from bayeslat.errors import FitError
+from bayeslat.models import sampling
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
 runner = CliRunner()
@@ -91,7 +92,7 @@ def test_fit_stores_its_diagnostics_and_decide_can_refuse_it(sweep, tmp_path, mo
     assert result.exit_code == 0, result.output
     model = bayeslat.load(out)
     stored = json.loads(model.idata.posterior.attrs["diagnostics"])
-    assert stored["converged"] is False and stored["max_rhat"] > fit.MAX_RHAT
+    assert stored["converged"] is False and stored["max_rhat"] > sampling.MAX_RHAT
     diag = fit.convergence(model)
     assert diag.max_rhat == pytest.approx(stored["max_rhat"]) and not diag.converged
     assert diag.min_ess_bulk == pytest.approx(stored["min_ess_bulk"])

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from bayeslat import decide, fit
 from bayeslat.cli import app
 from bayeslat.data import schema
-from bayeslat.models import get
+from bayeslat.models import get, sampling
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
 SPEC = SamplerSpec(verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
@@ -38,7 +38,7 @@ def fits(tmp_path_factory):
                                     ("moe", "moe", sample_sweep(MOE_SPEC, seed=3)[0]),
                                     ("nobase", "hierarchical", nobase)):
             model = get(variant)(data)
-            fit.sample(model, draws=10, chains=2, sampler="pymc", progressbar=False)
+            sampling.sample(model, draws=10, chains=2, sampler="pymc", progressbar=False)
             out[name] = model.save(tmp_path_factory.mktemp("fits") / f"{name}.nc")
     finally:
         pm.sample = original

@@ -12,7 +12,7 @@ import pytest
 
 from bayeslat import fit, scaling
 from bayeslat.data import schema
-from bayeslat.models import get
+from bayeslat.models import get, sampling
 from bayeslat.scaling import ScalingConfig
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
@@ -42,14 +42,14 @@ def recovery():
     # 81 rows per group, fewer than the example's 130: both prefill costs non-centred; eight
     # groups leave the spreads (tau) long tails, where the default step size can diverge once
     model = get("hierarchical")(table, ScalingConfig(noncentered=("c1p", "c2p")))
-    idata = fit.sample(model, draws=1500, tune=1000, chains=2, seed=1, progressbar=False,
+    idata = sampling.sample(model, draws=1500, tune=1000, chains=2, seed=1, progressbar=False,
                        target_accept=0.95)
     return model, idata, truth
 
 
 def test_recovery_converges(recovery):
     _, idata, _ = recovery
-    converged(fit.diagnostics(idata))
+    converged(sampling.diagnostics(idata))
     # the model's variables only, not nutpie's unconstrained values
     assert not [v for v in idata.posterior.data_vars if v.endswith("__")]
     assert {"tau_c1p", "c1p", "z_c1p"} <= set(idata.posterior.data_vars)
@@ -94,9 +94,9 @@ def test_curve_summaries_agree_with_the_exact_likelihood(recovery):
     model, idata, _ = recovery
     assert json.loads(idata.posterior.attrs["sampler"])["likelihood"] == "summary"
     exact = get("hierarchical")(model.source, model.config)
-    fit.sample(exact, draws=1500, tune=1000, chains=2, seed=1, progressbar=False,
+    sampling.sample(exact, draws=1500, tune=1000, chains=2, seed=1, progressbar=False,
                target_accept=0.95, exact=True)
-    converged(fit.diagnostics(exact.idata))
+    converged(sampling.diagnostics(exact.idata))
     table = fit.agreement(model, exact)
     for quantity, one in table.groupby(level="quantity"):
         # 25 configurations have an RPS*: one of them is 4% of the bar, so a quantity also
@@ -114,7 +114,7 @@ def test_moe_beats_hierarchical_by_psis_loo_on_moe_data():
     loos = {}
     for variant in ("moe", "hierarchical"):
         model = get(variant)(table)
-        idata = fit.sample(model, draws=400, tune=500, chains=2, seed=2, progressbar=False)
+        idata = sampling.sample(model, draws=400, tune=500, chains=2, seed=2, progressbar=False)
         loos[variant] = az.loo(idata)
     diff = loos["moe"].elpd_loo - loos["hierarchical"].elpd_loo
     cmp = az.compare({"moe": loos["moe"], "hierarchical": loos["hierarchical"]})
@@ -165,7 +165,7 @@ def test_pymc_sampler_runs_the_moe_model_without_a_c_compiler():
                                      moe=(8, 128, 0.6, 0.3)), seed=5)
     model = get("moe")(df)
     with pytensor.config.change_flags(cxx=""):
-        idata = fit.sample(model, draws=20, tune=20, chains=1, sampler="pymc",
+        idata = sampling.sample(model, draws=20, tune=20, chains=1, sampler="pymc",
                            progressbar=False)
     assert idata.posterior.sizes["draw"] == 20
     assert np.isfinite(idata.log_likelihood["log_latency"].values).all()
@@ -183,9 +183,9 @@ def test_dense_capacity_fits_the_real_llmd_sweep():
 
     table = schema.read_table(LLMD)
     model = get("dense-capacity")(table)
-    idata = fit.sample(model, draws=2000, tune=1000, chains=4, seed=0, progressbar=False,
+    idata = sampling.sample(model, draws=2000, tune=1000, chains=4, seed=0, progressbar=False,
                        target_accept=0.95)
-    diag = fit.diagnostics(idata)
+    diag = sampling.diagnostics(idata)
     assert diag.converged, diag
     pred = model.predict(model.table.iloc[[0]], seed=0)
     capacity = float(pred["capacity"].median())
@@ -207,7 +207,7 @@ def test_dense_capacity_predicts_each_left_out_rate_of_the_llmd_sweep():
     out = []
     for i in np.flatnonzero((table["strategy"] == "constant").to_numpy()):
         model = get("dense-capacity")(table.drop(index=i).reset_index(drop=True))
-        fit.sample(model, draws=2000, tune=1000, chains=4, seed=0, progressbar=False,
+        sampling.sample(model, draws=2000, tune=1000, chains=4, seed=0, progressbar=False,
                    target_accept=0.95)
         out.append(adequacy.held_out(model, table.loc[[i]].reset_index(drop=True), seed=0))
     out = pd.concat(out, ignore_index=True)

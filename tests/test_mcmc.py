@@ -4,7 +4,8 @@ import arviz as az
 import numpy as np
 import pytest
 
-from bayeslat import fit, mcmc
+from bayeslat import mcmc
+from bayeslat.models import sampling
 
 
 def ar1(shape, phi, seed):
@@ -44,7 +45,7 @@ def test_too_few_draws_or_chains_give_nan():
 def test_diagnostics_of_a_trace_are_arviz_s_extremes():
     post = {"a": ar1((2, 300, 3), 0.8, 1), "b": ar1((2, 300, 1), 0.2, 2)[:, :, 0]}
     idata = az.from_dict(posterior=post, sample_stats={"diverging": np.zeros((2, 300), bool)})
-    diag = fit.diagnostics(idata)
+    diag = sampling.diagnostics(idata)
     assert diag.max_rhat == pytest.approx(
         max(float(az.rhat(idata.posterior)[v].max()) for v in post), rel=1e-9)
     for method, value in (("bulk", diag.min_ess_bulk), ("tail", diag.min_ess_tail)):

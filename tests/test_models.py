@@ -14,7 +14,7 @@ from pymc.testing import mock_sample
 import bayeslat
 from bayeslat import fit, theory
 from bayeslat.errors import FitError, NumericalError
-from bayeslat.models import VARIANTS, get
+from bayeslat.models import VARIANTS, get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
 from bayeslat.models.capacity import Q_FLOOR, queue_shift
 from bayeslat.models.start import MAX_LOAD, group_fit
@@ -45,7 +45,7 @@ def table(variant):
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def fitted(request, mocked, tmp_path_factory):
     model = get(request.param)(table(request.param))
-    fit.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
+    sampling.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
     path = model.save(tmp_path_factory.mktemp("fits") / f"{request.param}.nc")
     return model, path
 
@@ -286,7 +286,7 @@ def test_loaded_fit_answers_decide_without_arviz_then_reads_the_rest(fitted, tmp
     model, _ = fitted
     model = copy.copy(model)
     model.idata = model.idata.copy()
-    model.idata.posterior.attrs["diagnostics"] = fit._diagnostics_json(fit.diagnostics(
+    model.idata.posterior.attrs["diagnostics"] = fit._diagnostics_json(sampling.diagnostics(
         model.idata))  # as fit.run stores them
     path = model.save(tmp_path / "fit.nc")
     script = f"""
@@ -324,7 +324,7 @@ def test_save_refuses_to_overwrite(fitted):
 @pytest.mark.parametrize("variant", ["hierarchical", "speculative", "capacity"])
 def test_predicts_configurations_never_measured(mocked, variant):
     model = get(variant)(table(variant))
-    fit.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
+    sampling.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
     new = model.table.iloc[[10]].copy()
     new = pd.concat([new.assign(verifier="llama-13b", verifier_params_b=13.0,
                                 prefill_tokens=2048.0, decode_tokens=300.0, alpha=0.75, k=3,
@@ -338,7 +338,7 @@ def test_predicts_configurations_never_measured(mocked, variant):
 
 def test_dense_refuses_new_configurations(mocked):
     model = get("dense")(table("dense"))
-    fit.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
+    sampling.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
     new = model.table[model.table["k"] > 0].iloc[[0]].assign(alpha=0.77)
     with pytest.raises(FitError, match="dense model predicts only"):
         model.predict(new)

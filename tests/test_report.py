@@ -31,6 +31,7 @@ import pytest
 from support.point_mass import point_mass
 
 from bayeslat import report
+from bayeslat.models import sampling
 from bayeslat.report import answer, inputs, page
 from bayeslat.report import data as data_section
 
@@ -418,7 +419,7 @@ def _example_fit(tmp_path_factory) -> Path:
         return DEFAULT_FIT
     # A short real fit (a few minutes on 2 cores): enough draws for every figure and table.
     model = get(DEFAULT)(schema.read_table(EXAMPLE))
-    fit.sample(model, draws=100, tune=200, chains=2, progressbar=False)
+    sampling.sample(model, draws=100, tune=200, chains=2, progressbar=False)
     return model.save(tmp_path_factory.mktemp("fit") / "example.nc")
 
 

@@ -9,6 +9,7 @@ import pymc as pm
 import pytest
 
 from bayeslat import fit
+from bayeslat.models import sampling
 
 
 @pytest.fixture(scope="module")
@@ -24,32 +25,32 @@ def settings(**kw):
 
 
 def test_checkpoints_grow_by_a_quarter_and_end_at_the_most():
-    points = fit.checkpoints(2000)
-    assert points[0] == fit.FIRST_CHECK and points[-1] == 2000
+    points = sampling.checkpoints(2000)
+    assert points[0] == sampling.FIRST_CHECK and points[-1] == 2000
     steps = np.diff(points[:-1]) / np.array(points[:-2])
     assert ((steps >= 0.15) & (steps <= 0.35)).all(), points
-    assert fit.checkpoints(60) == [60]
+    assert sampling.checkpoints(60) == [60]
 
 
 def test_sampling_stops_at_the_first_checkpoint_that_meets_the_bar(compiled):
-    trace, draws = fit._sample_to_bar(nutpie, compiled, settings())
-    assert draws in fit.checkpoints(2000) and draws < 2000
+    trace, draws = sampling._sample_to_bar(nutpie, compiled, settings())
+    assert draws in sampling.checkpoints(2000) and draws < 2000
     assert trace.posterior.sizes["draw"] == draws
     assert np.isfinite(trace.posterior["x"].values).all()
-    diag = fit.diagnostics(trace)
+    diag = sampling.diagnostics(trace)
     assert diag.converged and min(diag.min_ess_bulk, diag.min_ess_tail) >= 500, diag
     # the first checkpoint did not meet it (4 chains of 100 draws cannot give an ESS of 500)
-    first = fit.diagnostics(trace.isel(draw=slice(0, fit.FIRST_CHECK)))
+    first = sampling.diagnostics(trace.isel(draw=slice(0, sampling.FIRST_CHECK)))
     assert min(first.min_ess_bulk, first.min_ess_tail) < 500, first
     # the same seed, the same trace, whatever the timing
-    again, n = fit._sample_to_bar(nutpie, compiled, settings())
+    again, n = sampling._sample_to_bar(nutpie, compiled, settings())
     assert n == draws
     np.testing.assert_array_equal(again.posterior["x"].values, trace.posterior["x"].values)
 
 
 def test_sampling_ends_at_the_most_draws_when_the_bar_is_not_met(compiled):
     # 2 chains of 60 draws cannot give a tail ESS of 500
-    trace, draws = fit._sample_to_bar(nutpie, compiled, settings(draws=60, chains=2, cores=2))
+    trace, draws = sampling._sample_to_bar(nutpie, compiled, settings(draws=60, chains=2, cores=2))
     assert draws == 60 and trace.posterior.sizes == {"chain": 2, "draw": 60, "x_dim_0": 3}
 
 
@@ -60,18 +61,18 @@ def test_sampling_stops_at_the_first_checkpoint_with_a_divergence():
         v = pm.Normal("v", 0.0, 3.0)
         pm.Normal("x", 0.0, pm.math.exp(v / 2), shape=9)
     funnel = nutpie.compile_pymc_model(model)
-    trace, draws = fit._sample_to_bar(nutpie, funnel, settings(chains=2, cores=2))
+    trace, draws = sampling._sample_to_bar(nutpie, funnel, settings(chains=2, cores=2))
     assert draws < 2000 and trace.sample_stats["diverging"].any()
-    earlier = [n for n in fit.checkpoints(2000) if n < draws]
+    earlier = [n for n in sampling.checkpoints(2000) if n < draws]
     if earlier:  # the checkpoint before had none
         assert not trace.sample_stats["diverging"].isel(draw=slice(0, earlier[-1])).any()
-    assert fit._stop_reason(trace) == "divergences"
+    assert sampling._stop_reason(trace) == "divergences"
 
 
 def test_default_chains_are_one_per_core_from_two_to_eight(monkeypatch):
     for cores, chains in ((1, 2), (2, 2), (6, 6), (64, 8)):
-        monkeypatch.setattr(fit.os, "cpu_count", lambda c=cores: c)
-        assert fit.default_chains() == chains
+        monkeypatch.setattr(sampling.os, "cpu_count", lambda c=cores: c)
+        assert sampling.default_chains() == chains
 
 
 @pytest.mark.parametrize(("info", "says"), [
@@ -93,4 +94,4 @@ def test_sampler_line_says_how_many_draws_and_why(info, says):
 def test_the_verbs_tune_as_fit_does():
     from bayeslat.cli import options
 
-    assert options.TUNE.default == fit.TUNE
+    assert options.TUNE.default == sampling.TUNE

@@ -1,5 +1,5 @@
 """The fast likelihood's curve summaries (bayeslat.models.summary): stage 1 against the truth
-and the rows, stage 2 against the rows' own log likelihood, and when fit.sample uses them.
+and the rows, stage 2 against the rows' own log likelihood, and when sampling.sample uses them.
 Fast against exact with real NUTS: test_fit_slow.py."""
 
 import json
@@ -12,7 +12,7 @@ from pymc.testing import mock_sample
 
 from bayeslat import fit
 from bayeslat.data import schema
-from bayeslat.models import get
+from bayeslat.models import get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, prepare
 from bayeslat.models.summary import NU_GAUSSIAN, summarise
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
@@ -89,7 +89,7 @@ def mocked(monkeypatch):
 def test_sample_uses_the_summaries_where_they_hold(mocked, nu, exact, want):
     table, _ = sample_sweep(SamplerSpec(**{**SPEC.__dict__, "nu": nu}), seed=3)
     model = get("hierarchical")(table)
-    idata = fit.sample(model, draws=10, chains=2, sampler="pymc", progressbar=False,
+    idata = sampling.sample(model, draws=10, chains=2, sampler="pymc", progressbar=False,
                        exact=exact)
     info = json.loads(idata.posterior.attrs["sampler"])
     assert info["likelihood"] == want
@@ -119,5 +119,5 @@ def test_curves_with_too_few_loads_keep_their_rows():
     s = summarise(rows)
     assert len(s.curve) == 0 and not s.gaussian
     np.testing.assert_array_equal(s.exact, np.arange(len(rows)))
-    note = fit._likelihood_note(s, False, get("hierarchical")(table))
+    note = sampling._likelihood_note(s, False, get("hierarchical")(table))
     assert note["likelihood"] == "exact" and "loads" in note["why"]

@@ -44,7 +44,7 @@ def check_loads(text: str | None, option: str = "--rps") -> np.ndarray | None:
 
 def unconverged_warning(diag) -> str:
     """The line every output of a verb run with ``--allow-unconverged`` carries when the fit
-    did not converge (``diag``: :class:`bayeslat.fit.Diagnostics`)."""
+    did not converge (``diag``: :class:`bayeslat.models.sampling.Diagnostics`)."""
     return (f"the fit did not converge ({'; '.join(diag.problems())}); these results may be "
             "wrong: refit with more --tune and --draws before relying on them")
 
@@ -75,8 +75,8 @@ def quiet_pymc() -> None:
         logging.root.addHandler(handler)
 
 
-# The sampler's options, shared by the verbs that fit (fit, validate). TUNE is fit.TUNE, written
-# out so that `bayeslat --help` need not import the fitting stack.
+# The sampler's options, shared by the verbs that fit (fit, validate). TUNE is
+# models.sampling.TUNE, written out so that `bayeslat --help` need not import the fitting stack.
 DRAWS = typer.Option(None, "--draws", min=1, show_default=False,
                      help="Draws per chain after tuning (default: until the convergence bar "
                      "holds, checked as sampling goes, at most 2000; 1000 with --sampler pymc "

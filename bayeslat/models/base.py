@@ -575,8 +575,8 @@ class LatencyModel:
 
     # -- fitting, saving, loading --------------------------------------------------------------
     def fit(self, **kwargs):
-        """Sample the posterior; see :func:`bayeslat.fit.sample` for the options."""
-        from bayeslat.fit import sample
+        """Sample the posterior; see :func:`bayeslat.models.sampling.sample` for the options."""
+        from bayeslat.models.sampling import sample
 
         return sample(self, **kwargs)
 

@@ -40,7 +40,7 @@ stage 1's. The summary stands in for the rows only where the scatter is close to
 (stage-1 ``nu`` ≥ :data:`NU_GAUSSIAN`). Under heavy tails (``nu`` near 2: a curve form that
 misses its top loads) the exact fit calls the points the model's *structure* misses outliers,
 which each curve's own fit cannot see: on the shipped example the summaries put medians up to
-24 posterior sd from the exact fit's, so :func:`bayeslat.fit.sample` then fits every row
+24 posterior sd from the exact fit's, so :func:`bayeslat.models.sampling.sample` then fits every row
 (``benchmarks/fit_hierarchical.py`` compares the two).
 """
 

@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from bayeslat import fit
 from bayeslat.errors import FitError
+from bayeslat.models import sampling
 from bayeslat.models.base import PARETO_K, psis_loo
 from bayeslat.report import page
 
@@ -20,8 +20,8 @@ WORST = 12
 def section(inputs) -> page.Section:
     out = page.Section("diagnostics", "Diagnostics and model comparison")
     out.add(page.text(
-        f"Convergence needs R-hat ≤ {fit.MAX_RHAT}, bulk and tail effective sample sizes "
-        f"(ESS) ≥ {fit.MIN_ESS} and no divergent transitions. A fit that fails them may still "
+        f"Convergence needs R-hat ≤ {sampling.MAX_RHAT}, bulk and tail effective sample sizes "
+        f"(ESS) ≥ {sampling.MIN_ESS} and no divergent transitions. A fit that fails them may still "
         "be shown, but its bands are not to be trusted."))
     summary = convergence(inputs.models)
     out.add(page.table(summary))
@@ -55,7 +55,7 @@ def section(inputs) -> page.Section:
 def convergence(models: dict) -> pd.DataFrame:
     rows = []
     for name, model in models.items():
-        diag = fit.diagnostics(model.idata)
+        diag = sampling.diagnostics(model.idata)
         sampler = json.loads(model.idata.posterior.attrs.get("sampler", "{}"))
         rows.append({"model": name, "variant": model.variant,
                      "sampler": sampler.get("sampler", "?"),

@@ -1,0 +1,316 @@
+"""Sampling a model variant to the convergence bar, and the convergence diagnostics.
+
+:func:`sample` compiles a :class:`~bayeslat.models.base.LatencyModel` and draws its posterior
+with nutpie (sampling to the bar: it stops at the first checkpoint where R-hat, bulk and tail
+ESS pass and no transition diverged), PyMC's NUTS or numpyro, then adds the observed and constant
+data and the pointwise log-likelihood (for PSIS-LOO). :func:`diagnostics` is the bar's check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from bayeslat import compiled
+from bayeslat.errors import FitError
+from bayeslat.models.base import fast_mode
+
+SAMPLERS = ("nutpie", "pymc", "numpyro")
+# Convergence: what --strict requires.
+MAX_RHAT, MIN_ESS = 1.01, 400
+# Sampling to the bar (sample with draws=None): it stops at the first checkpoint where the bar
+# holds with ESS >= ESS_MARGIN * MIN_ESS (room for the estimate's own noise), at most MAX_DRAWS
+# per chain; the samplers that cannot be checked as they go take FIXED_DRAWS.
+ESS_MARGIN, MAX_DRAWS, FIXED_DRAWS = 1.25, 2000, 1000
+# Tuning steps per chain: nutpie's own default is 300; on the example 1000 took 43 s of the 60 s
+# of sampling, and 500 reached the bar as well (bulk ESS 645 at 600 draws).
+TUNE = 500
+# The first checkpoint (draws per chain); each next one 25% later. How often the chains are
+# looked at (s): each look copies the trace, which on 2 cores slowed sampling by 16% at 0.5 s.
+FIRST_CHECK, POLL_S = 100, 2.0
+# Chains: one per core, two to eight. On 2 cores two chains reached the bar sooner than four (the
+# example 36 s against 45 s of sampling, the paper-scale sweep 45 s against 79 s): each chain
+# tunes on its own, and tuning is most of the cost.
+MIN_CHAINS, MAX_CHAINS = 2, 8
+# Smaller steps than the usual 0.8: the prefill costs leave narrow ridges between groups.
+TARGET_ACCEPT = 0.9
+
+@dataclass
+class Diagnostics:
+    """Convergence summary of a fit."""
+
+    max_rhat: float
+    min_ess_bulk: float
+    min_ess_tail: float
+    divergences: int
+    seconds: float
+
+    @property
+    def converged(self) -> bool:
+        return (self.max_rhat <= MAX_RHAT and self.min_ess_bulk >= MIN_ESS
+                and self.min_ess_tail >= MIN_ESS and self.divergences == 0)
+
+    def problems(self) -> list[str]:
+        """What fails the convergence criteria, in words."""
+        out = []
+        if not self.max_rhat <= MAX_RHAT:
+            out.append(f"max R-hat {self.max_rhat:.3f} > {MAX_RHAT}")
+        if not self.min_ess_bulk >= MIN_ESS:
+            out.append(f"min bulk ESS {self.min_ess_bulk:.0f} < {MIN_ESS}")
+        if not self.min_ess_tail >= MIN_ESS:
+            out.append(f"min tail ESS {self.min_ess_tail:.0f} < {MIN_ESS}")
+        if self.divergences:
+            out.append(f"{self.divergences} divergent transitions")
+        return out
+
+
+def default_chains() -> int:
+    """Chains for this machine: one per core, at least :data:`MIN_CHAINS` and at most
+    :data:`MAX_CHAINS` (more chains reach the ESS bar sooner where cores run them at once, and
+    R-hat compares more of them)."""
+    return int(np.clip(os.cpu_count() or 1, MIN_CHAINS, MAX_CHAINS))
+
+
+def checkpoints(most: int) -> list[int]:
+    """Draws per chain at which :func:`_sample_to_bar` checks the bar: :data:`FIRST_CHECK`,
+    then 25% more each time (rounded to 25), ending at ``most``."""
+    out, n = [], FIRST_CHECK
+    while n < most:
+        out.append(n)
+        n = max(n + 25, int(round(1.25 * n / 25)) * 25)
+    return out + [most]
+
+
+def _drop_unconstrained(idata):
+    """nutpie also keeps the sampler's unconstrained values (``*_log__``); PyMC does not, and
+    they would only double the file and the diagnostics' variables."""
+    idata.posterior = idata.posterior.drop_vars(
+        [v for v in idata.posterior.data_vars if v.endswith("__")])
+    return idata
+
+
+def _sample_to_bar(backend, compiled, settings: dict):
+    """nutpie draws until the convergence bar holds: at each of :func:`checkpoints`, once every
+    chain has that many draws, the first draws of each chain are checked (max R-hat, min bulk
+    and tail ESS with :data:`ESS_MARGIN`, no divergences); sampling stops at the first that
+    passes, at the first with a divergence (which every longer trace keeps, so the bar cannot
+    hold), or at ``settings["draws"]``. The trace is cut at the checkpoint, not where the
+    chains happened to be, so a seed gives the same fit however fast the machine. Returns the
+    trace and its draws per chain."""
+    run = backend.sample(compiled, blocking=False, **settings)
+    try:
+        for n in checkpoints(settings["draws"]):
+            while True:
+                done = not _running(run)  # before the look, so that a finished run is seen whole
+                trace = _inspect(run)
+                if done or _finished_draws(trace) >= n:
+                    break
+                time.sleep(POLL_S)
+            head = _drop_unconstrained(trace.isel(draw=slice(0, n)))
+            diag = diagnostics(head)
+            ess = min(diag.min_ess_bulk, diag.min_ess_tail)
+            # divergences stay in every longer trace: the bar can no longer hold
+            if diag.divergences or (diag.max_rhat <= MAX_RHAT and ess >= ESS_MARGIN * MIN_ESS):
+                return head, n
+        trace = run.wait()
+        return _drop_unconstrained(trace), trace.posterior.sizes["draw"]
+    finally:
+        if _running(run):
+            run.cancel()
+
+
+def _stop_reason(idata) -> str:
+    """Why sampling to the bar stopped where it did: ``divergences``, or ``bar`` (held, or
+    the most draws reached)."""
+    stats = getattr(idata, "sample_stats", None)
+    return "divergences" if stats is not None and bool(stats["diverging"].any()) else "bar"
+
+
+def _running(run) -> bool:
+    try:
+        return not run.is_finished
+    except TimeoutError:  # nutpie's answer while the chains still run
+        return True
+
+
+def _inspect(run):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ArviZ: "more chains than draws" while still tuning
+        return run.inspect()
+
+
+def _finished_draws(trace) -> int:
+    """Draws every chain has finished (nutpie pads the others with NaN)."""
+    done = np.isfinite(trace.sample_stats["step_size"].values)
+    return int(np.argmin(np.c_[done, np.zeros(len(done), bool)], axis=1).min())
+
+
+def _jitter_vars(model):
+    """Scale parameters to jitter between chains; the coefficients start exactly where the
+    data put them (a jitter there could start a chain deep in the saturation barrier)."""
+    return {rv for rv in model.free_RVs if rv.name in ("sigma", "nu") or rv.name.startswith("tau")}
+
+
+def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | None = None,
+           seed: int = 0, sampler: str = "nutpie", progressbar: bool = True,
+           cores: int | None = None, target_accept: float = TARGET_ACCEPT, exact: bool = False):
+    """Sample the posterior of ``model`` (a :class:`~bayeslat.models.base.LatencyModel`).
+
+    The start is checked first (finite log density, :meth:`LatencyModel.check_start`). The
+    pointwise log-likelihood is added for PSIS-LOO, and the sampler settings go into the
+    posterior's attrs. ``target_accept`` above the default takes smaller steps, for posteriors
+    whose tails (a few groups' spread) diverge at the default. Variants with the paper's curve
+    sample the fast likelihood of curve summaries (:mod:`bayeslat.models.summary`; ``nu``
+    then fixed at its stage-1 value and stored as a constant) unless ``exact`` or the
+    scatter is heavy-tailed; the attr ``sampler`` says which and why. The pointwise
+    log-likelihood is the exact one either way. Sets and returns ``model.idata``.
+
+    The sampler is sized to the machine and to the convergence bar: ``chains`` None is
+    :func:`default_chains` (one per core, 2 to 8, all run at once), and
+    ``draws`` None (nutpie) draws until the bar holds (:func:`_sample_to_bar`: checked at
+    :func:`checkpoints`, at most :data:`MAX_DRAWS` per chain); the other samplers then take
+    :data:`FIXED_DRAWS`. A number of draws is taken as given.
+    """
+    import pymc as pm
+    import pytensor
+
+    if sampler not in SAMPLERS:
+        raise FitError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    compiled.register()
+    backend = _optional(sampler, sampler) if sampler != "pymc" else None
+    clock = time.perf_counter()
+    from bayeslat.models.summary import summarise  # SciPy: not for the verbs that only load
+
+    summary = None if exact or not model.summarises else summarise(model.rows)
+    likelihood = _likelihood_note(summary, exact, model)
+    if summary is not None and not summary.gaussian:
+        summary = None
+    pm_model = model.build(summary=summary)
+    model.check_start(pm_model)
+    chains = chains or default_chains()
+    to_bar = draws is None and sampler == "nutpie"
+    draws = draws or (MAX_DRAWS if to_bar else FIXED_DRAWS)
+    timing = {}
+    start = model.initial_values(pm_model)
+    if sampler == "nutpie":
+        # freeze_model: data become constants, so what depends only on them is folded away
+        compiled_model = backend.compile_pymc_model(
+            pm_model, initial_points=start, jitter_rvs=_jitter_vars(pm_model),
+            freeze_model=True)
+        timing["compile_s"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        # one thread per chain (whatever the cores): the chains advance together, so that
+        # each checkpoint sees all of them
+        settings = {"draws": draws, "tune": tune, "chains": chains, "cores": cores or chains,
+                    "seed": seed, "progress_bar": progressbar, "save_warmup": False,
+                    "target_accept": target_accept}
+        if to_bar:
+            idata, draws = _sample_to_bar(backend, compiled_model, settings)
+        else:
+            idata = _drop_unconstrained(backend.sample(compiled_model, **settings))
+    else:
+        kwargs = {"nuts_sampler": "numpyro"} if sampler == "numpyro" else {}
+        if sampler == "pymc" and not pytensor.config.cxx:
+            # without a C compiler PyTensor falls back to its Python mode, which cannot build
+            # the moe model's log density (one Add of more than 32 terms); numba can
+            kwargs["compile_kwargs"] = {"mode": "NUMBA"}
+        idata = pm.sample(draws=draws, tune=tune, chains=chains,
+                          cores=cores or min(chains, os.cpu_count() or 1), random_seed=seed,
+                          init="adapt_diag", initvals=start, progressbar=progressbar,
+                          model=pm_model, compute_convergence_checks=False,
+                          target_accept=target_accept, **kwargs)
+    timing["sample_s"] = time.perf_counter() - clock
+    if summary is not None:
+        # the exact model's nu, fixed: a constant in every draw, so that the predictive
+        # checks and the pointwise log-likelihood read the posterior as an exact fit's
+        nu = xr.full_like(idata.posterior["sigma"], summary.nu)
+        idata.posterior["nu"], idata.posterior["nu_excess"] = nu, nu - 2.0
+        pm_model = model.build()
+        # the data groups of the exact model (PyMC's sampler kept the summary model's)
+        for group in ("observed_data", "constant_data"):
+            if group in idata.groups():
+                delattr(idata, group)
+    _complete(idata, pm_model)
+    idata.posterior.attrs["sampler"] = json.dumps(
+        {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains, "seed": seed,
+         "target_accept": target_accept, "cores": os.cpu_count() or 1}
+        | ({"max_draws": MAX_DRAWS, "stopped": _stop_reason(idata)} if to_bar else {})
+        | likelihood
+        | {k: round(v, 2) for k, v in timing.items()})
+    model.idata = idata
+    return idata
+
+
+def _likelihood_note(summary, exact: bool, model) -> dict:
+    """Which likelihood a fit samples, and why, for the sampler attrs and ``bayeslat fit``."""
+    from bayeslat.models.summary import NU_GAUSSIAN
+
+    if summary is None:
+        why = ("asked for with --exact" if exact else
+               f"the {model.variant} model's curve is not the paper's two coefficients")
+        return {"likelihood": "exact", "why": why}
+    if not len(summary.curve):
+        return {"likelihood": "exact", "why": "no curve has the loads to summarise"}
+    stage1 = {"summary_sigma": round(summary.sigma, 5), "summary_nu": round(summary.nu, 2)}
+    if not summary.gaussian:
+        return {"likelihood": "exact", "why": f"the scatter is heavy-tailed, stage-1 nu "
+                f"{summary.nu:.3g} < {NU_GAUSSIAN:g}: curve summaries would misplace the "
+                "shared coefficients"} | stage1
+    return {"likelihood": "summary", "exact_rows": int(len(summary.exact)),
+            "summarised_curves": int(len(summary.curve))} | stage1
+
+
+def _optional(module: str, extra: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise FitError(f"the {module} sampler is not installed; pip install 'bayeslat[{extra}]' "
+                       "or choose --sampler pymc") from None
+
+
+def _complete(idata, pm_model) -> None:
+    """Add what a sampler left out: observed and constant data, the log-likelihood."""
+    import pymc as pm
+    from pymc.backends.arviz import find_constants, find_observations
+
+    dims = {name: list(d) for name, d in pm_model.named_vars_to_dims.items()}
+    coords = {k: np.asarray(v) for k, v in pm_model.coords.items() if v is not None}
+    for group, found in (("observed_data", find_observations(pm_model)),
+                         ("constant_data", find_constants(pm_model))):
+        if group not in idata.groups():
+            ds = xr.Dataset({n: xr.DataArray(np.asarray(v), dims=dims.get(n)) for n, v in
+                             found.items()}).assign_coords(obs=coords["obs"])
+            idata.add_groups({group: ds})
+    if "log_likelihood" not in idata.groups():
+        # latency rows only: PSIS-LOO compares variants on the same observations, and the
+        # capacity variants' measured ceilings are data the paper's variants do not model
+        pm.compute_log_likelihood(idata, var_names=["log_latency"], model=pm_model,
+                                  progressbar=False, compile_kwargs=fast_mode(idata))
+
+
+def diagnostics(idata, seconds: float = float("nan")) -> Diagnostics:
+    """Max R-hat, min bulk and tail ESS over every posterior variable
+    (:mod:`bayeslat.mcmc`, ArviZ's estimators for all variables at once), and
+    divergences."""
+    from bayeslat import mcmc  # SciPy's stats: imported by the verbs that compute them
+
+    post = idata.posterior
+    values = mcmc.stack(post)
+
+    def extreme(per_value, fn):
+        return float(fn(per_value)) if np.isfinite(per_value).any() else float("nan")
+
+    stats = getattr(idata, "sample_stats", None)
+    div = int(stats["diverging"].sum()) if stats is not None and "diverging" in stats else 0
+    return Diagnostics(max_rhat=extreme(mcmc.rhat(values), np.nanmax),
+                       min_ess_bulk=extreme(mcmc.ess_bulk(values), np.nanmin),
+                       min_ess_tail=extreme(mcmc.ess_tail(values), np.nanmin),
+                       divergences=div, seconds=seconds)
