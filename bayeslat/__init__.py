@@ -5,12 +5,9 @@ The stages, in the one direction data flows: :mod:`bayeslat.simulate` (or a Guid
 formulas live in :mod:`bayeslat.theory`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from bayeslat.version import __version__
 
-try:
-    __version__ = version("bayeslat")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.0.0+unknown"
+__all__ = ["__version__", "load"]
 
 
 def __getattr__(name: str):

@@ -18,9 +18,9 @@ import html
 import numpy as np
 import pandas as pd
 
-from bayeslat import __version__
 from bayeslat.report import page
 from bayeslat.validate import COVERAGE_90, RPS_STAR_TOLERANCE
+from bayeslat.version import __version__
 
 SUMMARY_COLUMNS = {
     "split": "split", "folds": "folds", "points": "points", "mape": "MAPE", "r2": "R²",

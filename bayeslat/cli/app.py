@@ -14,8 +14,8 @@ import warnings
 import typer
 from rich.console import Console
 
-from bayeslat import __version__
 from bayeslat.errors import BayeslatError
+from bayeslat.version import __version__
 
 # In the order of the data flow; add a verb here and in README.md.
 VERBS = ("simulate", "ingest", "fit", "validate", "decide", "theory", "report")

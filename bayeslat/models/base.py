@@ -48,11 +48,12 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import __version__, theory
+from bayeslat import theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError, InputError, NumericalError
 from bayeslat.files import atomic_output
 from bayeslat.scaling import ScalingConfig
+from bayeslat.version import __version__
 
 FORMAT = 3
 # Headroom (1 − rps·C2) around which the barrier takes over from the exact formula.
@@ -573,13 +574,7 @@ class LatencyModel:
                                  "may have points past saturation that are not flagged")
         return float(sum(terms.values()))
 
-    # -- fitting, saving, loading --------------------------------------------------------------
-    def fit(self, **kwargs):
-        """Sample the posterior; see :func:`bayeslat.models.sampling.sample` for the options."""
-        from bayeslat.models.sampling import sample
-
-        return sample(self, **kwargs)
-
+    # -- saving, loading --------------------------------------------------------------------
     def attrs(self) -> dict[str, str]:
         """What the saved fit carries to be loaded and checked."""
         return {"bayeslat_format": str(FORMAT), "bayeslat_version": __version__,

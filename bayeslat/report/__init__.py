@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bayeslat import __version__
 from bayeslat.files import atomic_output
+from bayeslat.version import __version__
 
 # Section ids, in page order (each is a module of this package with a ``section`` function).
 SECTIONS = ("answer", "adequacy", "latency", "data", "collapse", "coefficients", "ratios",
