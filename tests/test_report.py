@@ -320,7 +320,8 @@ def test_sections_drawn_in_processes_are_the_ones_drawn_here(tiny_fit):
 
 def test_latency_figure_shows_no_sd_and_the_chosen_k_in_its_colour_with_the_ceiling(tiny_fit):
     """One panel per setup: k = 0 and the k the answer picks most often, each in the colour of
-    its k (the speedup figure's), the measured points, a legend, the measured ceiling."""
+    its k (the speedup figure's), the measured points, a legend, the measured ceiling (on the
+    speedup figure too)."""
     from matplotlib import colors
 
     from bayeslat import fit
@@ -341,6 +342,7 @@ def test_latency_figure_shows_no_sd_and_the_chosen_k_in_its_colour_with_the_ceil
     assert ax.get_legend() is not None
     assert any(t.get_text().startswith(page.CEILING) for t in ax.texts)
     spd = speedup.setup_figure(setup, ds, [alpha], data.load_limits[setup])
+    assert any(t.get_text().startswith(page.CEILING) for t in spd.axes[0].texts)
     drawn = {line.get_label(): line.get_color() for line in spd.axes[0].get_lines()}
     assert colors.same_color(next(c for label, c in drawn.items()
                                   if label.startswith(f"k={k} ")), page.K_COLORS[k])
