@@ -47,3 +47,23 @@ def test_negative_coefficient_rejected():
     result = runner.invoke(app, ["theory", "--c2-sd", "-1"])
     assert result.exit_code == 2
     assert "--c2-sd" in result.output
+
+
+def test_bad_option_values_are_refused_before_pandas_or_the_models_are_imported(tmp_path):
+    """What makes a refusal take seconds is importing the stack: pandas, xarray, PyMC. A bad
+    --alpha, --rps or --model is refused, exit 2, with none of them imported."""
+    script = f"""
+import sys
+from typer.testing import CliRunner
+from bayeslat.cli import app
+fit = {str(tmp_path / "fit.nc")!r}
+for args in (["decide", fit, "--alpha", "1.5"], ["report", fit, "--rps", "-1"],
+             ["theory", "--rps", "x"], ["fit", "--model", "foo"]):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and args[-2] in result.output, (args, result.output)
+heavy = [m for m in ("pandas", "xarray", "pymc", "bayeslat.fit") if m in sys.modules]
+print(heavy)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[]"]

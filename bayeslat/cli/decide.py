@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
-import pandas as pd
 import typer
 from rich.table import Table
 
@@ -19,7 +18,6 @@ from bayeslat.cli.options import (
     quiet_pymc,
     unconverged_warning,
 )
-from bayeslat.decide import shows_rps_star
 from bayeslat.errors import InputError
 
 FORMATS = ("table", "json", "vllm")
@@ -62,9 +60,6 @@ def command(
     measured rate are marked extrapolated. --format vllm prints a --speculative-config whose
     num_speculative_tokens_per_batch_size follows k*(rps) mapped to batch size B = rps*L.
     """
-    from bayeslat import decide
-    from bayeslat.fit import load, require_converged
-
     quiet_pymc()
     if fmt not in FORMATS:
         raise InputError(f"use one of {', '.join(FORMATS)}", field="--format")
@@ -79,6 +74,11 @@ def command(
     if (ks < 0).any() or (ks != np.round(ks)).any():
         raise InputError("draft lengths are whole numbers >= 0", field="--k")
     loads = check_loads(rps)
+    # pandas, xarray and the models only once the options are known to be good
+    import pandas as pd
+
+    from bayeslat import decide
+    from bayeslat.fit import load, require_converged
 
     model = load(model_path)
     diag = require_converged(model, allow_unconverged)
@@ -151,7 +151,7 @@ def _relabel(setups):
     return schema.group_labels(setups) + " " + setups["method"] + ":" + setups["drafter"]
 
 
-def _setup_info(ds) -> pd.DataFrame:
+def _setup_info(ds):
     """Per setup: whether it was measured, how far, and its ceiling (req/s)."""
     cols = ["new_setup", "rps_measured", "rps_ceiling", "ceiling_measured"]
     out = ds[cols].to_dataframe()[cols].reset_index()
@@ -170,6 +170,8 @@ def _num(value, fmt):
 
 
 def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
+    from bayeslat.decide import shows_rps_star
+
     out = make_console()
     for line in warnings:
         out.print(f"[yellow]warning:[/] {line}", highlight=False)

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from bayeslat.cli import options
 from bayeslat.cli.options import make_console, number, quiet_pymc
-from bayeslat.decide import shows_rps_star
 from bayeslat.errors import FitError
 
 # Headline rows shown in the terminal; the file holds them all.
@@ -47,6 +46,9 @@ def command(
     how many measured points lie inside their posterior predictive intervals (overall and at
     each configuration's top loads), and the model capacity against the measured ceilings.
     """
+    from bayeslat.models import check
+
+    check(model)  # before the fitting stack is imported
     from bayeslat import adequacy, fit
 
     quiet_pymc()
@@ -122,6 +124,8 @@ def _worst_table(worst) -> Table:
 
 
 def _headline_table(head) -> Table:
+    from bayeslat.decide import shows_rps_star
+
     table = Table(title="Per configuration: zero-load speedup and break-even load RPS* "
                   "(median [90% interval])", title_justify="left")
     for header, justify in (("configuration", "left"), ("speedup at 0 load", "right"),

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -93,7 +92,7 @@ def command(
                   "and excluded from fits by default)", highlight=False)
 
 
-def summary(table: pd.DataFrame, origins: list[tuple[Path, int]]) -> Table:
+def summary(table, origins: list[tuple[Path, int]]) -> Table:
     """One terminal row per benchmark (input number#benchmark index in a report, or row number
     in a tidy table): configuration, load, latency, request counts and the saturation flag.
     ``origins`` holds ``(file, number of rows)`` per input, in the table's row order."""

@@ -6,8 +6,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from bayeslat import theory
-from bayeslat.cli.options import make_console, parse_floats
+from bayeslat.cli.options import check_loads, make_console
 from bayeslat.errors import InputError
 
 
@@ -27,9 +26,9 @@ def command(
                         ("--c2-sd", c2_sd)):
         if not np.isfinite(value) or value <= 0:
             raise InputError(f"must be a positive number of seconds, got {value}", field=name)
-    loads = parse_floats(rps, "--rps")
-    if (loads < 0).any():
-        raise InputError("loads must not be negative", field="--rps")
+    loads = check_loads(rps)
+    from bayeslat import theory  # xarray and pandas: after the options are checked
+
     c1r, c2r = theory.ratios(c1_d, c2_d, c1_sd, c2_sd)
     star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd)
 

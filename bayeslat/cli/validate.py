@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -52,7 +51,7 @@ def command(
     from bayeslat import fit, validate, validate_page
     from bayeslat.data import schema
     from bayeslat.files import atomic_output
-    from bayeslat.models import get
+    from bayeslat.models import check
     from bayeslat.scaling import ScalingConfig
 
     splits = [s.strip() for s in split.split(",") if s.strip()]
@@ -62,7 +61,7 @@ def command(
                          f"{', '.join(validate.CHECKS)}", field="--split")
     variants = list(dict.fromkeys(m.strip() for m in model.split(",") if m.strip()))
     for variant in variants or [""]:
-        get(variant)  # an unknown variant: refused here, before the data are read
+        check(variant)  # an unknown variant: refused here, before the data are read
     data = data if data is not None else fit.EXAMPLE
     output = output or Path("reports") / f"{data.stem}-{'+'.join(variants)}-validation.html"
     written = output.with_suffix(".html"), output.with_suffix(".json")
@@ -98,6 +97,8 @@ def command(
     with atomic_output(written[0], overwrite=overwrite) as tmp:
         tmp.write_text(validate_page.build(validate.document(results, comparison), str(data)),
                        encoding="utf-8")
+    import pandas as pd
+
     fits = [r.folds for r in results] + [pd.DataFrame([r.loo]) for r in results if r.loo]
     fits = pd.concat(fits, ignore_index=True)
     unconverged = int((~fits["converged"].astype(bool)).sum())

@@ -27,10 +27,15 @@ MODULES = {"dense-capacity": "capacity"}
 DEFAULT = "hierarchical"
 
 
-def get(variant: str):
-    """The model class of ``variant``."""
+def check(variant: str) -> str:
+    """``variant`` if it names a model variant (without importing it), else an error."""
     if variant not in VARIANTS:
         raise InputError(f"unknown model {variant!r}; use one of {', '.join(VARIANTS)}",
                          field="--model")
-    module = importlib.import_module(f"bayeslat.models.{MODULES.get(variant, variant)}")
+    return variant
+
+
+def get(variant: str):
+    """The model class of ``variant``."""
+    module = importlib.import_module(f"bayeslat.models.{MODULES.get(check(variant), variant)}")
     return getattr(module, VARIANTS[variant])
