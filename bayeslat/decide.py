@@ -492,7 +492,7 @@ def setups(table: pd.DataFrame) -> pd.DataFrame:
                                          "moe_experts_total", "method", "drafter",
                                          "drafter_params_b"]
     out = sd.drop_duplicates(cols)[cols].reset_index(drop=True)
-    out["setup"] = schema.group_labels(out) + " " + out["method"] + ":" + out["drafter"]
+    out["setup"] = schema.draft_labels(out)
     return out
 
 

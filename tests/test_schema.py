@@ -37,6 +37,8 @@ def test_labels():
     df = make_rows(k=3)
     assert schema.config_labels(df).iloc[0] == "llama-8b H100 p512 g256 eagle3:eagle3-8b a0.7 k3"
     assert schema.config_labels(make_rows(k=0)).iloc[0] == "llama-8b H100 p512 g256 k0"
+    assert schema.draft_labels(df).iloc[0] == "llama-8b H100 p512 g256 eagle3:eagle3-8b"
+    assert schema.drafter_labels(df).iloc[0] == "eagle3:eagle3-8b"
     assert schema.group_labels(make_rows(k=0)).iloc[0] == "llama-8b H100 p512 g256"
 
 

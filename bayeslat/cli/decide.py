@@ -78,6 +78,7 @@ def command(
     import pandas as pd
 
     from bayeslat import decide
+    from bayeslat.data import schema
     from bayeslat.fit import load, require_converged
 
     model = load(model_path)
@@ -91,7 +92,7 @@ def command(
             if not value > 0:
                 raise InputError("must be positive", field="--" + column.split("_")[0])
             chosen[column] = float(value)
-    chosen["setup"] = _relabel(chosen)
+    chosen["setup"] = schema.draft_labels(chosen)  # --prefill, --decode change the group
     try:
         decide.measured_loads(model, chosen)  # refuses a group without baseline rows
     except InputError as exc:
@@ -143,12 +144,6 @@ def _choose_setups(setups, text, single):
         raise InputError("a vLLM config is for one setup; choose one with --setup from: "
                          + "; ".join(setups["setup"]), field="--setup")
     return setups.reset_index(drop=True).copy()
-
-
-def _relabel(setups):
-    from bayeslat.data import schema
-
-    return schema.group_labels(setups) + " " + setups["method"] + ":" + setups["drafter"]
 
 
 def _setup_info(ds):

@@ -196,10 +196,21 @@ def group_labels(df: pd.DataFrame) -> pd.Series:
             + " g" + df["decode_tokens"].map("{:g}".format))
 
 
+def drafter_labels(df: pd.DataFrame) -> pd.Series:
+    """``method:drafter`` of each row: ``eagle3:eagle3-llama-8b``."""
+    return df["method"] + ":" + df["drafter"]
+
+
+def draft_labels(df: pd.DataFrame) -> pd.Series:
+    """A readable, unique label per drafter in its group (a setup, in ``bayeslat decide``):
+    ``<group> method:drafter``."""
+    return group_labels(df) + " " + drafter_labels(df)
+
+
 def config_labels(df: pd.DataFrame) -> pd.Series:
     """A readable, unique label per configuration: ``<group> method:drafter aA kK`` (SD) or
     ``<group> k0`` (baseline)."""
-    drafter = np.where(df["k"] > 0, " " + df["method"] + ":" + df["drafter"], "")
+    drafter = np.where(df["k"] > 0, " " + drafter_labels(df), "")
     alpha = df["alpha"].map(lambda a: "" if pd.isna(a) else f" a{a:g}")
     return group_labels(df) + drafter + alpha + " k" + df["k"].astype(str)
 

@@ -94,8 +94,7 @@ def prepare(rows: pd.DataFrame, path: str | None = None) -> pd.DataFrame:
         out[col] = out[col].astype(str)
     out["group"] = schema.group_labels(out)
     out["config"] = schema.config_labels(out)
-    out["draft"] = np.where(out["k"] > 0, out["group"] + " " + out["method"] + ":" + out["drafter"],
-                            "none")
+    out["draft"] = np.where(out["k"] > 0, schema.draft_labels(out), "none")
     out["alpha0"] = out["alpha"].fillna(0.0)
     if "latency_mean" in out.columns:
         out["log_latency"] = np.log(out["latency_mean"])

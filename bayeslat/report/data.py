@@ -48,7 +48,7 @@ def groups(table: pd.DataFrame) -> pd.DataFrame:
         per_config = g.groupby(schema.config_labels(g)).size()
         rows.append({
             "group": label,
-            "drafters": ", ".join(sorted((sd["method"] + ":" + sd["drafter"]).unique())) or "–",
+            "drafters": ", ".join(sorted(schema.drafter_labels(sd).unique())) or "–",
             "alpha": ", ".join(f"{a:g}" for a in sorted(sd["alpha"].unique())) or "–",
             "k": ", ".join(str(k) for k in sorted(g["k"].unique())),
             "configurations": len(per_config),
