@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bayeslat import decide
+from bayeslat import adequacy, decide
+from bayeslat.data import schema
 from bayeslat.report import page
+from bayeslat.report.inputs import setup_rows
 
 
 def section(inputs) -> page.Section:
@@ -18,7 +20,7 @@ def section(inputs) -> page.Section:
     out.add(page.text(
         f"For each setup (a verifier, its lengths and hardware, and a drafter), {where}: the "
         "risk-aware choice (the lowest expected latency among the draft lengths that are "
-        f"slower than no SD in at most {_epsilon(inputs):.0%} of the posterior draws), its "
+        f"slower than no SD in at most {inputs.epsilon:.0%} of the posterior draws), its "
         "speedup (median and 90% interval, the scatter of the true latency included), the "
         "probability that it is slower than no SD, the load RPS* at which it stops paying and "
         "the alert line (SD hurts below it with 5% probability only). The last column says "
@@ -42,10 +44,6 @@ def near_capacity(inputs) -> dict[str, str]:
     answer matters most (:func:`bayeslat.adequacy.check`): the share of those points inside
     their 90% interval (POOR below the check's bar for a configuration's points) and the model
     capacity furthest from the measured ceiling (POOR beyond the check's tolerance)."""
-    from bayeslat import adequacy
-    from bayeslat.data import schema
-    from bayeslat.report.inputs import setup_rows
-
     configs = inputs.check.configs.set_index("config")
     out = {}
     for _, row in decide.setups(inputs.model.table).iterrows():
@@ -63,10 +61,6 @@ def near_capacity(inputs) -> dict[str, str]:
                              "inside 90%" + ("" if np.isnan(wall) else
                                              f"; capacity {wall:.2g}× the ceiling"))
     return out
-
-
-def _epsilon(inputs) -> float:
-    return float(next(iter(inputs.decisions.values())).attrs.get("epsilon", 0.05))
 
 
 def answer_table(answers: pd.DataFrame) -> pd.DataFrame:

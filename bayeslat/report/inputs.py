@@ -70,6 +70,17 @@ class Inputs:
         self.model = next(iter(self.models.values()))
         self.thin = self.model.thinned(MAX_DRAWS, np.random.default_rng(self.seed))
 
+    def middle_alpha(self, setup: str) -> float:
+        """The middle of the acceptance rates shown for ``setup`` (its measured ones)."""
+        shown = self.shown_alphas[setup]
+        return shown[len(shown) // 2]
+
+    @property
+    def epsilon(self) -> float:
+        """The largest P(SD hurts) the risk-aware choice accepts (the decisions' own)."""
+        first = next(iter(self.decisions.values()), None)
+        return float(first.attrs.get("epsilon", 0.05)) if first is not None else 0.05
+
     @property
     def name(self) -> str:
         return next(iter(self.models))
@@ -161,9 +172,8 @@ class Inputs:
             loads = (np.asarray(rps, float) if rps is not None else
                      np.unique([measured.min(), (measured.min() + measured.max()) / 2,
                                 measured.max()]))
-            shown = self.shown_alphas[label]
             alphas = (np.asarray(alpha, float) if alpha is not None
-                      else np.array([shown[len(shown) // 2]]))
+                      else np.array([self.middle_alpha(label)]))
             batch = batches.setdefault(tuple(self.decisions[label]["k"].values), {})
             batch[label] = (row.to_frame().T.infer_objects(), loads, alphas)
         parts = []

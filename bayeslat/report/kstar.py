@@ -36,14 +36,10 @@ def section(inputs) -> page.Section:
     out.add("<h3>Decision table</h3>", page.text(
         "As printed by bayeslat decide, at a few loads of each setup's grid: the risk-neutral "
         "k (best mean speedup) and the risk-aware k (best mean among k with P(SD hurts) ≤ "
-        f"{_epsilon(inputs.decisions):g}), with the risk-aware k's speedup (median and 90% "
+        f"{inputs.epsilon:g}), with the risk-aware k's speedup (median and 90% "
         "interval), P(SD hurts) and expected regret (mean extra latency over the best k in "
         "each draw)."), page.table(decision_table(inputs), scroll=True))
     return out
-
-
-def _epsilon(decisions) -> float:
-    return float(next(iter(decisions.values())).attrs.get("epsilon", 0.05))
 
 
 def map_figure(decisions: dict, limits: dict | None = None):
@@ -96,8 +92,7 @@ def probability_figure(inputs):
     """P(k* = k) against load, one line per k, at each setup's middle measured alpha."""
     fig, axes = page.subplots(len(inputs.decisions), 4, width=3.3, height=2.6)
     for ax, (setup, ds) in zip(axes, inputs.decisions.items(), strict=True):
-        shown = inputs.shown_alphas[setup]
-        alpha = shown[len(shown) // 2]
+        alpha = inputs.middle_alpha(setup)
         p = ds["p_best_k"].sel(alpha=alpha)
         for k in p["k"].values:
             st = page.k_style(k)

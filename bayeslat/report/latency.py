@@ -48,8 +48,7 @@ def latency_figure(inputs):
     measured = {row["setup"]: setup_rows(table, row) for _, row in decide.setups(table).iterrows()}
     fig, axes = page.subplots(len(inputs.decisions), PANEL_COLUMNS, width=3.4, height=2.8)
     for ax, (setup, ds) in zip(axes, inputs.decisions.items(), strict=True):
-        shown = inputs.shown_alphas[setup]
-        alpha = shown[len(shown) // 2]
+        alpha = inputs.middle_alpha(setup)
         rows = measured[setup]
         rps, top = ds["rps"].values, 0.0
         for k in (0, chosen_k(ds, alpha)):
