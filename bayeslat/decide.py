@@ -771,23 +771,21 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
     lie beyond the measured ceiling, ``p_break_even`` (NaN for no SD), and ``reason``, one
     line in words.
     """
-    table = decision_table(ds)
-    key = ["setup", "alpha", "k"]
     be = break_even_table(ds).rename(columns={"k": "k_risk"})
-    out = table.merge(be, how="left", on=["setup", "alpha", "k_risk"]).rename(
+    out = decision_table(ds).merge(be, how="left", on=["setup", "alpha", "k_risk"]).rename(
         columns={"k_risk": "k"})
     # the lowest P(SD hurts) among the SD draft lengths, for the reason of an "off"
     hurts = ds["p_sd_hurts"].sel(k=ds["k"] > 0)
     least = hurts.min("k").rename("least_hurt").to_dataframe().reset_index()
     least["least_hurt_k"] = hurts.fillna(np.inf).idxmin("k").values.ravel()
-    out = out.merge(least[[*key[:2], "rps", "least_hurt", "least_hurt_k"]],
-                    on=[*key[:2], "rps"], how="left")
+    at = ["setup", "alpha", "rps"]
+    out = out.merge(least[[*at, "least_hurt", "least_hurt_k"]], on=at, how="left")
     eps = float(ds.attrs.get("epsilon", 0.05))
     sat = float(ds.attrs.get("max_saturated", MAX_SATURATED))
     out["answer"] = [("saturated" if pd.isna(k) else "SD off" if k == 0 else
                       f"SD on, k = {int(k)}") for k in out["k"]]
     out["reason"] = [_reason(r, eps, sat) for r in out.itertuples()]
-    out = out.sort_values(["setup", "alpha", "rps"], kind="stable", ignore_index=True)
+    out = out.sort_values(at, kind="stable", ignore_index=True)
     return out[["setup", "alpha", "rps", "extrapolated", "answer", "k", "speedup",
                 "speedup_q05", "speedup_q95", "p_sd_hurts", "rps_star", "rps_star_q05",
                 "rps_star_q95", "p_break_even", "rps_alert", "rps_star_beyond_capacity",
