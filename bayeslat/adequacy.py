@@ -23,7 +23,7 @@ From it:
 - the posterior medians of ``sigma`` and ``nu``.
 
 :class:`Adequacy` holds tidy tables and a list of warnings in words. This module is a
-posterior stage: it imports the models' helpers, :mod:`bayeslat.fit`, :mod:`bayeslat.theory`
+posterior stage: it imports the models' helpers, :mod:`bayeslat.theory`
 and the schema, never the CLI or the report.
 """
 
@@ -39,8 +39,7 @@ import xarray as xr
 from bayeslat import theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError
-from bayeslat.fit import full_coefficients
-from bayeslat.models.base import prepare, scatter_draws
+from bayeslat.models.base import full_coefficients, prepare, scatter_draws
 
 DRAWS = ("chain", "draw")
 # Posterior draws used (picked at random with the seed, the same draw indices in every chain):

@@ -86,6 +86,7 @@ import xarray as xr
 from bayeslat import theory
 from bayeslat.data import schema
 from bayeslat.errors import InputError
+from bayeslat.models.base import capacity_terms, full_coefficients, prepare
 
 SAMPLE = "sample"
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -565,9 +566,7 @@ def _baseline_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _capacity(pred: xr.Dataset) -> xr.DataArray:
     """Capacity draws (req/s) from predicted parts (full coverage for an MoE verifier)."""
-    if "C1" in pred:
-        return capacity_draws(pred["C2"], pred["C3"] if "C3" in pred else None)
-    return capacity_draws(pred["C2u"] + pred["C2s"])
+    return capacity_draws(full_coefficients(pred)[1], capacity_terms(pred)[0])
 
 
 def default_loads(model, setup: pd.DataFrame, points: int = GRID_POINTS,
@@ -600,7 +599,7 @@ def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0
     Parameters
     ----------
     model
-        A fitted :class:`~bayeslat.models.base.LatencyModel` (from :func:`bayeslat.fit.load`)
+        A fitted :class:`~bayeslat.models.base.LatencyModel` (from :func:`bayeslat.fitting.load`)
         of any variant: its parts are ``C1``, ``C2`` (paper), ``C1``, ``C2``, ``C3``, ``Q``
         (capacity) or the MoE split.
     setup
@@ -723,6 +722,68 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
     out["new_setup"] = per_setup["new_setup"]
     return out.transpose("setup", "alpha", "rps", "k", "stat", ...)
 
+
+def headline(model, seed: int = 0) -> pd.DataFrame:
+    """Per SD configuration: zero-load speedup and RPS* (median, 90% interval, P(exists)).
+
+    Both from the configuration's ``C1``, ``C2`` and its group's baseline ``(k = 0)``, via
+    :mod:`bayeslat.theory`; for the capacity variants RPS* is the first crossing of the
+    latencies with the compute wall ``C3``, ``Q`` (:func:`bayeslat.theory.break_even_rps`).
+    For ``moe`` these are the full-coverage coefficients.
+    """
+    rows = model.rows
+    sd = rows[rows["k"] > 0].drop_duplicates("config").assign(rps=0.0)
+    base = sd.assign(k=0, alpha=np.nan, method="none", drafter="none", drafter_params_b=0.0)
+    if model.per_configuration:  # only groups whose baseline was measured
+        ok = model.known(prepare(base))
+        sd, base = sd[ok], base[ok]
+    if sd.empty:
+        return pd.DataFrame(columns=["config", "speedup0", "speedup0_lo", "speedup0_hi",
+                                     "rps_star", "rps_star_lo", "rps_star_hi", "p_break_even"])
+    pred = model.predict(pd.concat([sd, base], ignore_index=True), seed=seed)
+    n = len(sd)
+    first, second = {"obs": slice(0, n)}, {"obs": slice(n, 2 * n)}
+
+    def split(part):  # (SD, baseline) draws of one part; scalars (no such part) as they are
+        if not isinstance(part, xr.DataArray):
+            return part, part
+        return part.isel(first), part.isel(second).assign_coords(obs=part.obs[:n].values)
+
+    (c1_sd, c1_d), (c2_sd, c2_d) = (split(v) for v in full_coefficients(pred))
+    (c3_sd, c3_d), (q_sd, q_d) = (split(v) for v in capacity_terms(pred))
+    speed0 = 1.0 / theory.ratios(c1_d, c2_d, c1_sd, c2_sd)[0]
+    star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd)
+    q = [0.05, 0.5, 0.95]
+    s_q = speed0.quantile(q, dim=("chain", "draw")).values
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no break-even in any draw: NaN
+        r_q = star.quantile(q, dim=("chain", "draw"), skipna=True).values
+    return pd.DataFrame({
+        "config": sd["config"].to_numpy(),
+        "speedup0": s_q[1], "speedup0_lo": s_q[0], "speedup0_hi": s_q[2],
+        "rps_star": r_q[1], "rps_star_lo": r_q[0], "rps_star_hi": r_q[2],
+        "p_break_even": star.notnull().mean(("chain", "draw")).values,
+    })
+
+
+
+def baselines(model, seed: int = 0) -> pd.DataFrame:
+    """Per measured baseline (``k = 0``) configuration: ``c1`` (s, the latency at zero load),
+    ``c2`` (s/req) and the ``capacity`` (req/s, ``1/max(C2, C3)``), each its median and 90%
+    interval (``_lo``, ``_hi``): what a sweep without SD says about its server."""
+    rows = model.rows
+    base = rows[rows["k"] == 0].drop_duplicates("config").assign(rps=0.0)
+    out = {"config": base["config"].to_numpy()}
+    if base.empty:
+        return pd.DataFrame(columns=["config"] + [f"{name}{end}" for name in
+                                                  ("c1", "c2", "capacity")
+                                                  for end in ("", "_lo", "_hi")])
+    pred = model.predict(base, seed=seed)
+    c1, c2 = full_coefficients(pred)
+    for name, draws in (("c1", c1), ("c2", c2), ("capacity", pred["capacity"])):
+        q = draws.quantile([0.05, 0.5, 0.95], dim=("chain", "draw")).values
+        out[name], out[f"{name}_lo"], out[f"{name}_hi"] = q[1], q[0], q[2]
+    return pd.DataFrame(out)
 
 def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     """One row per (setup, alpha, rps): the chosen k and what it is expected to give.

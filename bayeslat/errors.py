@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from os import PathLike
 
+# The "path" of a value the user gave as an option rather than in a file.
+COMMAND_LINE = "command line"
+
 
 class BayeslatError(Exception):
     """Base class of every error bayeslat reports to its user.

@@ -11,6 +11,18 @@ from pathlib import Path
 from bayeslat.errors import InputError
 
 
+def check_output(path: str | os.PathLike, overwrite: bool = True) -> Path:
+    """``path`` as a :class:`~pathlib.Path` if a file may be written there: not a folder, and
+    not an existing file unless ``overwrite``; else :class:`~bayeslat.errors.InputError`."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError("this is a folder; give a file name", path)
+    if path.exists() and not overwrite:
+        raise InputError("the file exists; allow replacing it (--overwrite; overwrite=True in "
+                         "Python) or choose another name", path)
+    return path
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; move it onto ``path`` only if the block succeeds.
@@ -25,12 +37,7 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = True) -> Iterator[P
     overwrite
         If False and ``path`` exists, raise :class:`~bayeslat.errors.InputError` before writing.
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise InputError("the file exists; pass --overwrite to replace it or choose another name",
-                         path)
-    if path.is_dir():
-        raise InputError("this is a folder; give a file name", path)
+    path = check_output(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     os.close(fd)

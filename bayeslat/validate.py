@@ -359,6 +359,29 @@ def _decision_figures(cells: pd.DataFrame) -> dict:
             "rps_star_error": float(star["error"].median()) if len(star) else nan}
 
 
+def agreement(model, reference, seed: int = 0) -> pd.DataFrame:
+    """How close a fit's posterior is to a reference fit's of the same data, per measured
+    configuration: for ``C1``, ``C2`` (at zero load) and, per SD configuration, the zero-load
+    speedup and RPS* (:func:`bayeslat.decide.headline`), ``z``, the distance of the medians in the
+    reference's posterior sd (its 90% interval over 3.29), and ``width``, the ratio of the 90%
+    intervals. The check of the curve summaries against the exact likelihood."""
+    rows = reference.table.drop_duplicates(list(schema.CONFIG_COLUMNS)).assign(rps=0.0)
+    out = {}
+    for name, m in (("model", model), ("reference", reference)):
+        pred = m.predict(rows, seed=seed)
+        q = {part: pd.DataFrame(pred[part].quantile([0.05, 0.5, 0.95], ("chain", "draw")).values.T,
+                                index=schema.config_labels(rows).to_numpy(),
+                                columns=["lo", "mid", "hi"]) for part in ("C1", "C2")}
+        head = decide.headline(m, seed).set_index("config")
+        for stat, col in (("speedup0", "speedup0"), ("rps_star", "rps_star")):
+            q[stat] = head[[f"{col}_lo", col, f"{col}_hi"]].set_axis(["lo", "mid", "hi"], axis=1)
+        out[name] = pd.concat(q, names=["quantity", "config"])
+    a, b = out["model"], out["reference"].reindex(out["model"].index)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pd.DataFrame({"z": (a["mid"] - b["mid"]).abs() / ((b["hi"] - b["lo"]) / 3.29),
+                             "width": (a["hi"] - a["lo"]) / (b["hi"] - b["lo"])})
+
+
 def loo_figures(elpd) -> dict:
     """The figures of a fit's PSIS-LOO (``elpd``: :func:`bayeslat.models.base.psis_loo`):
     ``elpd_loo`` and its standard error ``se``, the effective number of parameters ``p_loo``,

@@ -29,7 +29,7 @@ import time
 
 import pandas as pd
 
-from bayeslat import fit
+from bayeslat import fitting, validate
 from bayeslat.cli.options import quiet_pymc
 from bayeslat.data import schema
 from bayeslat.models import sampling
@@ -60,7 +60,7 @@ def main() -> None:
     if args.data == "paper":
         table, _ = sample_sweep(SPEC, seed=args.seed)
     else:
-        table = schema.read_table(fit.EXAMPLE)
+        table = schema.read_table(schema.EXAMPLE)
     configs, _ = pd.factorize(schema.config_labels(table))
     print(f"rows {len(table)}, configurations {configs.max() + 1}, "
           f"groups {schema.group_labels(table).nunique()}")
@@ -87,8 +87,8 @@ def describe(model, wall: float) -> None:
     idata = model.idata
     diag = sampling.diagnostics(idata, wall)
     timing = json.loads(idata.posterior.attrs["sampler"])
-    print(f"hierarchical fit, {fit.sampler_line(idata)}")
-    print(f"{fit.likelihood_line(idata)}: wall {wall:.1f} s")
+    print(f"hierarchical fit, {fitting.sampler_line(idata)}")
+    print(f"{fitting.likelihood_line(idata)}: wall {wall:.1f} s")
     print(f"max R-hat {diag.max_rhat:.3f}, min bulk ESS {diag.min_ess_bulk:.0f}, "
           f"min tail ESS {diag.min_ess_tail:.0f}, divergences {diag.divergences}, "
           f"ESS/s {diag.min_ess_bulk / wall:.1f} (min bulk ESS over wall time)")
@@ -115,7 +115,7 @@ def describe(model, wall: float) -> None:
 def agreement(fast, exact) -> None:
     """Print, per quantity, the share of configurations whose summaries' posterior median is
     within 0.25 posterior sd of the exact fit's and whose 90% width is within ±20%."""
-    table = fit.agreement(fast, exact)
+    table = validate.agreement(fast, exact)
     for quantity, one in table.groupby(level="quantity", sort=False):
         one = one.dropna()
         print(f"agreement, {quantity} ({len(one)} configurations): median within 0.25 sd "

@@ -61,7 +61,7 @@ for args in (["decide", fit, "--alpha", "1.5"], ["report", fit, "--rps", "-1"],
              ["theory", "--rps", "x"], ["fit", "--model", "foo"]):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and args[-2] in result.output, (args, result.output)
-heavy = [m for m in ("pandas", "xarray", "pymc", "bayeslat.fit") if m in sys.modules]
+heavy = [m for m in ("pandas", "xarray", "pymc", "bayeslat.fitting") if m in sys.modules]
 print(heavy)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

@@ -12,7 +12,7 @@ from pymc.testing import mock_sample
 from typer.testing import CliRunner
 
 import bayeslat
-from bayeslat import fit, theory
+from bayeslat import decide, fitting, theory
 from bayeslat.cli import app
 from bayeslat.data import schema
 from bayeslat.errors import FitError
@@ -68,7 +68,7 @@ def test_strict_exits_non_zero_when_not_converged(sweep, tmp_path, mocked):
 @pytest.mark.parametrize("args, message", [
     (["--model", "gaussian"], "unknown model"),
     (["--sampler", "stan"], "unknown sampler"),
-    (["--sampler", "numpyro"], "numpyro"),
+    (["--sampler", "numpyro"], "pip install 'bayeslat[numpyro]'"),
 ])
 def test_bad_choices_are_one_line_errors(sweep, tmp_path, args, message):
     result = runner.invoke(app, ["fit", str(sweep), "-o", str(tmp_path / "x.nc"), *args])
@@ -90,19 +90,19 @@ def test_fit_stores_its_diagnostics_and_decide_can_refuse_it(sweep, tmp_path, mo
     result = runner.invoke(app, ["fit", str(sweep), "--sampler", "pymc", "--draws", "10",
                                  "--chains", "2", "--model", "dense", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    model = bayeslat.load(out)
+    model = fitting.load(out)
     stored = json.loads(model.idata.posterior.attrs["diagnostics"])
     assert stored["converged"] is False and stored["max_rhat"] > sampling.MAX_RHAT
-    diag = fit.convergence(model)
+    diag = fitting.convergence(model)
     assert diag.max_rhat == pytest.approx(stored["max_rhat"]) and not diag.converged
     assert diag.min_ess_bulk == pytest.approx(stored["min_ess_bulk"])
     with pytest.raises(FitError, match="did not converge.*--allow-unconverged") as err:
-        fit.require_converged(model, allow=False)
+        fitting.require_converged(model, allow=False)
     assert str(out) in str(err.value)
-    assert fit.require_converged(model, allow=True) == diag
+    assert fitting.require_converged(model, allow=True) == diag
     # a file without the stored diagnostics (older fits): computed from the draws
     del model.idata.posterior.attrs["diagnostics"]
-    again = fit.convergence(model)
+    again = fitting.convergence(model)
     assert again.max_rhat == pytest.approx(diag.max_rhat)
     assert again.divergences == diag.divergences
 
@@ -127,7 +127,7 @@ class _CapacityStub:
 
 
 def test_headline_uses_the_compute_wall():
-    head = fit.headline(_CapacityStub()).set_index("config")
+    head = decide.headline(_CapacityStub()).set_index("config")
     base = _CapacityStub.PARTS[0]
     for config, k in (("a k2", 2), ("a k6", 6)):
         c1, c2, c3, q = _CapacityStub.PARTS[k]
@@ -136,3 +136,21 @@ def test_headline_uses_the_compute_wall():
         assert head.loc[config, "speedup0"] == pytest.approx(base[0] / c1)
     # the paper's closed form (no wall) would put k = 6's RPS* at 8.86 req/s
     assert head.loc["a k6", "rps_star"] < theory.break_even_rps(1.2, 0.07, 0.78, 0.085) - 0.1
+
+
+def test_a_sweep_without_sd_prints_its_server(sweep, tmp_path, mocked):
+    """No SD rows, no speedup to show: C1, C2 and the capacity of each baseline instead."""
+    table = schema.read_table(sweep)
+    base = tmp_path / "base.parquet"
+    schema.write_table(table[table["k"] == 0], base)
+    result = runner.invoke(app, ["fit", str(base), "--model", "dense", "--sampler", "pymc",
+                                 "--draws", "10", "--chains", "2", "-o", str(tmp_path / "b.nc")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "RPS*" not in result.output and "capacity (req/s)" in result.output
+    for label in schema.config_labels(table[table["k"] == 0]).unique():
+        assert label in result.output
+    found = bayeslat.load(tmp_path / "b.nc").baselines()
+    # the paper's model: capacity = 1/C2, so its median lies in 1/C2's interval
+    assert found["capacity"].between(1 / found["c2_hi"], 1 / found["c2_lo"]).all()
+    assert (found["c1_lo"] <= found["c1"]).all() and (found["c1"] <= found["c1_hi"]).all()

@@ -9,7 +9,7 @@ import xarray as xr
 from pymc.testing import mock_sample
 from typer.testing import CliRunner
 
-from bayeslat import decide, fit
+from bayeslat import decide, fitting
 from bayeslat.cli import app
 from bayeslat.data import schema
 from bayeslat.models import get, sampling
@@ -88,7 +88,7 @@ def test_unmeasured_length_predicted_by_hierarchical_not_dense(fits):
 
 
 def test_moe_solves_the_fixed_point(fits):
-    model = fit.load(fits["moe"])
+    model = fitting.load(fits["moe"])
     ds = decide.from_model(model, decide.setups(model.table), [0.7], [0, 2], [0.0, 1.0])
     assert ds["speedup"].dims == ("setup", "alpha", "rps", "k", "stat")
     assert (ds["speedup"].sel(k=0, stat="q50") == 1.0).all()  # the baseline against itself
@@ -147,7 +147,7 @@ def test_group_without_baseline_is_refused(fits):
 
 
 def test_default_grid_per_setup_ends_at_the_measured_ceiling(fits):
-    model = fit.load(fits["hierarchical"])
+    model = fitting.load(fits["hierarchical"])
     table = model.table
     groups = schema.group_labels(table)
     highest = table["rps"].groupby(groups.to_numpy()).max()
@@ -179,7 +179,7 @@ def test_each_setup_is_from_model_per_setup_with_one_prediction(fits, name, monk
     """each_setup gives what one from_model call per setup on its own grid gives, with one
     model.predict for all of them (the MoE verifier: one per setup, its loads in the grid),
     and the same in forked processes."""
-    model = fit.load(fits[name])
+    model = fitting.load(fits[name])
     chosen = decide.setups(model.table)
     grids = decide.default_loads(model, chosen)
     expected = [decide.from_model(model, chosen.iloc[[i]], [0.6, 0.7], [0, 2], grids[label])
@@ -212,7 +212,7 @@ def test_default_grid_through_the_cli(fits, monkeypatch):
     measured = {s["setup"]: s["rps_measured"] for s in out["setups"]}
     assert tops == pytest.approx(measured) and len(set(tops.values())) == 4
     # a measured ceiling above the highest measured rate: the loads past it are extrapolated
-    load = fit.load
+    load = fitting.load
 
     def with_ceiling(path):
         model = load(path)
@@ -220,7 +220,7 @@ def test_default_grid_through_the_cli(fits, monkeypatch):
         model.ceilings = base.assign(rps=base["rps"] * 2.0, strategy="throughput")
         return model
 
-    monkeypatch.setattr(fit, "load", with_ceiling)
+    monkeypatch.setattr(fitting, "load", with_ceiling)
     result = invoke(fits["hierarchical"], "--alpha", "0.7", "--k", "0,2", "--setup",
                     "llama-70b H100 p128")
     assert result.exit_code == 0, result.output

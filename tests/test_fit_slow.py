@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayeslat import fit, scaling
+import bayeslat
+from bayeslat import scaling, validate
 from bayeslat.data import schema
 from bayeslat.models import get, sampling
 from bayeslat.scaling import ScalingConfig
@@ -97,7 +98,7 @@ def test_curve_summaries_agree_with_the_exact_likelihood(recovery):
     sampling.sample(exact, draws=1500, tune=1000, chains=2, seed=1, progressbar=False,
                target_accept=0.95, exact=True)
     converged(sampling.diagnostics(exact.idata))
-    table = fit.agreement(model, exact)
+    table = validate.agreement(model, exact)
     for quantity, one in table.groupby(level="quantity"):
         # 25 configurations have an RPS*: one of them is 4% of the bar, so a quantity also
         # passes with every configuration a little wider of it (measured: C1, C2 and the
@@ -127,14 +128,13 @@ def test_hierarchical_fit_of_the_shipped_example(tmp_path):
 
     # the settings of the README's command (4 chains, drawing until the bar holds): two short
     # chains of 1000 left R-hat at 1.017 since nu >= 2
-    result = fit.run(EXAMPLE, "hierarchical", output=tmp_path / "example.nc", seed=0,
-                     progressbar=False)
+    result = bayeslat.fit(EXAMPLE, "hierarchical", seed=0, progressbar=False)
     converged(result.diagnostics)
     # sampling stopped where the bar held, with the ESS margin, well before the most draws
-    info = json.loads(result.model.idata.posterior.attrs["sampler"])
+    info = json.loads(result.posterior.attrs["sampler"])
     assert info["draws"] < info["max_draws"] and result.diagnostics.min_ess_bulk >= 500, info
-    model = fit.load(result.path)
-    assert len(result.headline) == model.rows.query("k > 0")["config"].nunique()
+    assert len(result.headline()) == result.model.rows.query("k > 0")["config"].nunique()
+    model = bayeslat.load(result.save(tmp_path / "example.nc")).model
     with model.build():
         pp = pm.sample_posterior_predictive(model.idata.sel(draw=slice(None, None, 5)),
                                             progressbar=False)

@@ -11,12 +11,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bayeslat"
 # The stages in the order data flows; a module may import its own stage and earlier ones.
 STAGES = (
     ("bayeslat.version", "bayeslat.errors", "bayeslat.files", "bayeslat.theory",
-     "bayeslat.scaling", "bayeslat.mcmc", "bayeslat.compiled", "bayeslat.parallel"),
+     "bayeslat.scaling", "bayeslat.mcmc", "bayeslat.compiled", "bayeslat.parallel",
+     "bayeslat.checks"),
     ("bayeslat.data", "bayeslat.simulate"),
-    ("bayeslat.models", "bayeslat.fit"),
+    ("bayeslat.models", "bayeslat.fitting"),
     ("bayeslat.adequacy", "bayeslat.decide"),
     ("bayeslat.report", "bayeslat.validate", "bayeslat.validate_page"),
-    ("bayeslat.cli", "bayeslat.__main__", "bayeslat"),
+    ("bayeslat.api", "bayeslat.cli", "bayeslat.__main__", "bayeslat"),
 )
 
 

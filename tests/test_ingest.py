@@ -151,6 +151,18 @@ def test_cli_writes_and_never_clobbers(tmp_path):
     assert set(schema.read_table(out)["hardware"]) == {"other"}
 
 
+
+@pytest.mark.parametrize("spelling", [["--verifier-params", "8", "--prefill", "32"],
+                                      ["--verifier-params-b", "8", "--prefill-tokens", "32"]])
+def test_cli_spells_options_as_decide_does(tmp_path, spelling):
+    """decide's --verifier-params and --prefill; the older -b and -tokens spellings too."""
+    out = tmp_path / "t.parquet"
+    result = runner.invoke(app, ["ingest", str(FIXTURES / "mock-gl05" / "sweep.json"), "-o",
+                                 str(out), *spelling])
+    assert result.exit_code == 0, result.output
+    table = schema.read_table(out)
+    assert set(table["verifier_params_b"]) == {8.0} and set(table["prefill_tokens"]) == {32.0}
+
 # --- the bad-input corpus -------------------------------------------------------------------
 #
 # Each builder writes a broken input under tmp and returns (ingest arguments, the file the error

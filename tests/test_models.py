@@ -12,7 +12,7 @@ import xarray as xr
 from pymc.testing import mock_sample
 
 import bayeslat
-from bayeslat import fit, theory
+from bayeslat import fitting, theory
 from bayeslat.errors import FitError, NumericalError
 from bayeslat.models import VARIANTS, get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
@@ -92,7 +92,7 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     np.testing.assert_allclose(idata.observed_data["log_ceiling"],
                                np.log(model.ceilings["rps"]))
     assert "sigma_ceiling" in idata.posterior
-    loaded = bayeslat.load(path)
+    loaded = fitting.load(path)
     assert loaded.ceilings["config"].tolist() == model.ceilings["config"].tolist()
     pred = model.predict(model.table.iloc[[0, 5]], seed=0)
     assert {"C3", "Q", "capacity"} <= set(pred.data_vars)
@@ -212,7 +212,7 @@ def test_synchronous_rows_share_an_offset_of_their_own():
 
 def test_attrs_carry_variant_config_hash_and_sampler(fitted):
     model, path = fitted
-    loaded = bayeslat.load(path)
+    loaded = fitting.load(path)
     attrs = loaded.idata.posterior.attrs
     assert attrs["variant"] == model.variant
     assert json.loads(attrs["config"]) == model.config.to_dict()
@@ -224,7 +224,7 @@ def test_attrs_carry_variant_config_hash_and_sampler(fitted):
 
 def test_save_load_round_trip_predicts_the_same(fitted):
     model, path = fitted
-    loaded = bayeslat.load(path)
+    loaded = fitting.load(path)
     assert type(loaded) is type(model) and loaded.excluded == model.excluded
     np.testing.assert_array_equal(loaded.idata.posterior["sigma"], model.idata.posterior["sigma"])
     new = model.table.iloc[[0, 7, 20]].copy()
@@ -240,7 +240,7 @@ def test_rows_of_fitted_units_are_predicted_without_the_graph(fitted, monkeypatc
     all fitted from the stored per-unit coefficients: the graph's values (to 1e-12), same
     dims and coords; a row of a new group goes through the graph."""
     model, path = fitted
-    loaded = bayeslat.load(path)
+    loaded = fitting.load(path)
     rows = model.table.iloc[[0, 7, 20]].assign(rps=[0.0, 0.5, 1.0])
     new = rows.assign(verifier="llama-13b", verifier_params_b=13.0)
     assert loaded.known_parts(prepare(new)) is None
@@ -261,7 +261,7 @@ def test_saved_fit_keeps_its_psis_loo_not_its_log_likelihood(fitted):
     """The file stores the pointwise elpd and Pareto k (one value per row) in place of the
     log-likelihood (one per draw and row); the PSIS-LOO read back is the one computed."""
     model, path = fitted
-    loaded = bayeslat.load(path)
+    loaded = fitting.load(path)
     assert "log_likelihood" not in loaded.idata.groups()
     assert "log_likelihood" in model.idata.groups()  # the fit in memory keeps it
     a, b = psis_loo(model.idata), psis_loo(loaded.idata)
@@ -286,15 +286,15 @@ def test_loaded_fit_answers_decide_without_arviz_then_reads_the_rest(fitted, tmp
     model, _ = fitted
     model = copy.copy(model)
     model.idata = model.idata.copy()
-    model.idata.posterior.attrs["diagnostics"] = fit._diagnostics_json(sampling.diagnostics(
-        model.idata))  # as fit.run stores them
+    model.idata.posterior.attrs["diagnostics"] = fitting._diagnostics_json(sampling.diagnostics(
+        model.idata))  # as fitting.run stores them
     path = model.save(tmp_path / "fit.nc")
     script = f"""
 import sys
 import bayeslat
-from bayeslat import fit
-loaded = bayeslat.load({str(path)!r})
-fit.convergence(loaded)
+from bayeslat import fitting
+loaded = fitting.load({str(path)!r})
+fitting.convergence(loaded)
 rows = loaded.table.iloc[[0, 7]].assign(rps=[0.0, 0.5])
 known = loaded.known_parts(bayeslat.models.base.prepare(rows))
 if known is not None:
@@ -304,7 +304,7 @@ print(known is not None, "arviz" in sys.modules)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [str(model.variant in ("hierarchical", "speculative")), "False"]
-    loaded = bayeslat.load(path)
+    loaded = fitting.load(path)
     assert loaded.posterior is not None and loaded.fitted
     expected = set(model.idata.groups()) - {"log_likelihood"} | {"psis_loo", "fit_data"}
     assert set(loaded.idata.groups()) == expected
@@ -396,7 +396,7 @@ def test_unknown_variant_and_missing_file():
     with pytest.raises(InputError, match="unknown model"):
         get("gaussian")
     with pytest.raises(FitError, match="no such file"):
-        bayeslat.load("nowhere.nc")
+        fitting.load("nowhere.nc")
 
 
 def test_load_rejects_a_netcdf_that_is_not_a_fit(tmp_path):
@@ -405,7 +405,7 @@ def test_load_rejects_a_netcdf_that_is_not_a_fit(tmp_path):
     path = tmp_path / "other.nc"
     az.from_dict(posterior={"x": np.zeros((1, 3))}).to_netcdf(str(path), engine="h5netcdf")
     with pytest.raises(FitError, match="not a bayeslat fit"):
-        bayeslat.load(path)
+        fitting.load(path)
 
 
 def test_baseline_only_data_needs_dense():

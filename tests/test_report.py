@@ -163,9 +163,9 @@ def test_curves_cover_every_configuration_past_its_highest_load():
 
 
 def test_thinning_keeps_the_same_random_draws_in_every_chain(tiny_fit):
-    from bayeslat import fit
+    from bayeslat import fitting
 
-    whole = fit.load(tiny_fit["fit"])  # 2 chains x 20 draws
+    whole = fitting.load(tiny_fit["fit"])  # 2 chains x 20 draws
     thin = whole.thinned(10, np.random.default_rng(1))
     post = thin.posterior
     assert dict(post.sizes)["chain"] == 2 and dict(post.sizes)["draw"] == 5
@@ -208,7 +208,7 @@ def tiny_fit(tmp_path_factory):
     its top three loads, with throughput benchmarks 30% above the highest constant rate."""
     import pymc as pm
 
-    from bayeslat import fit
+    from bayeslat import api
     from bayeslat.data import schema
     from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
@@ -229,8 +229,8 @@ def tiny_fit(tmp_path_factory):
     schema.write_table(pd.concat([table, ceilings], ignore_index=True), folder / "t.parquet")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pm, "sample", point_mass)
-        fit.run(folder / "t.parquet", "hierarchical", output=folder / "fit.nc", draws=20,
-                chains=2, sampler="pymc", progressbar=False)
+        api.fit(folder / "t.parquet", "hierarchical", draws=20, chains=2, sampler="pymc",
+                progressbar=False).save(folder / "fit.nc")
     return {"fit": folder / "fit.nc", "ceiling": float(ceilings.loc[ceilings["k"] == 0,
                                                                      "rps"].iloc[0]),
             "highest": float(table["rps"].max())}
@@ -271,7 +271,7 @@ def test_report_opens_with_the_answer_at_the_loads_asked_for(tiny_fit, tmp_path)
     as the decision Dataset says there; bad values are refused before any work."""
     from typer.testing import CliRunner
 
-    from bayeslat import decide, fit
+    from bayeslat import decide, fitting
     from bayeslat.cli import app
 
     out = tmp_path / "r.html"
@@ -279,7 +279,7 @@ def test_report_opens_with_the_answer_at_the_loads_asked_for(tiny_fit, tmp_path)
         refused = CliRunner().invoke(app, ["report", str(tiny_fit["fit"]), "-o", str(out),
                                            "--allow-unconverged", *bad])
         assert refused.exit_code == 2 and bad[0] in refused.output and not out.exists()
-    data = inputs.Inputs({"fit.nc": fit.load(tiny_fit["fit"])})
+    data = inputs.Inputs({"fit.nc": fitting.load(tiny_fit["fit"])})
     data.predict_decisions()
     data.predict_answers(rps=[0.5, 2.0, 3 * tiny_fit["ceiling"]], alpha=[0.7, 0.8])
     answers = data.answers
@@ -324,10 +324,10 @@ def test_latency_figure_shows_no_sd_and_the_chosen_k_in_its_colour_with_the_ceil
     speedup figure too)."""
     from matplotlib import colors
 
-    from bayeslat import fit
+    from bayeslat import fitting
     from bayeslat.report import latency, speedup
 
-    data = inputs.Inputs({"fit.nc": fit.load(tiny_fit["fit"])})
+    data = inputs.Inputs({"fit.nc": fitting.load(tiny_fit["fit"])})
     data.predict_decisions()
     (setup, ds), = data.decisions.items()
     alpha = data.shown_alphas[setup][0]
@@ -349,9 +349,9 @@ def test_latency_figure_shows_no_sd_and_the_chosen_k_in_its_colour_with_the_ceil
 
 
 def test_decision_grids_end_at_the_measured_ceiling(tiny_fit):
-    from bayeslat import fit
+    from bayeslat import fitting
 
-    data = inputs.Inputs({"fit.nc": fit.load(tiny_fit["fit"])})
+    data = inputs.Inputs({"fit.nc": fitting.load(tiny_fit["fit"])})
     data.predict_latency()
     data.predict_decisions()
     (setup, ds), = data.decisions.items()
@@ -411,13 +411,13 @@ def test_misfit_configurations_are_framed_with_their_coverage():
 # -- slow: the shipped example in a browser ------------------------------------------------------
 def _example_fit(tmp_path_factory) -> Path:
     """The default fit of the shipped example if it is there and current, else a short fit."""
-    from bayeslat import fit
+    from bayeslat import fitting
     from bayeslat.data import schema
     from bayeslat.models import DEFAULT, get
     from bayeslat.models.base import table_hash
 
     current = table_hash(schema.read_table(EXAMPLE))
-    if DEFAULT_FIT.exists() and fit.load(DEFAULT_FIT).data_hash == current:
+    if DEFAULT_FIT.exists() and fitting.load(DEFAULT_FIT).data_hash == current:
         return DEFAULT_FIT
     # A short real fit (a few minutes on 2 cores): enough draws for every figure and table.
     model = get(DEFAULT)(schema.read_table(EXAMPLE))

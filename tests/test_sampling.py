@@ -8,7 +8,7 @@ import nutpie  # an extra, in the dev install
 import pymc as pm
 import pytest
 
-from bayeslat import fit
+from bayeslat import fitting
 from bayeslat.models import sampling
 
 
@@ -87,7 +87,7 @@ def test_sampler_line_says_how_many_draws_and_why(info, says):
     idata = az.from_dict(posterior={"a": np.zeros((1, 2))})
     idata.posterior.attrs["sampler"] = json.dumps(
         {"sampler": "nutpie", "chains": 4, "tune": 1000, "cores": 2} | info)
-    line = fit.sampler_line(idata)
+    line = fitting.sampler_line(idata)
     assert says in line and "4 chains on 2 cores" in line, line
 
 

@@ -10,7 +10,7 @@ import pymc as pm
 import pytest
 from pymc.testing import mock_sample
 
-from bayeslat import fit
+from bayeslat import fitting
 from bayeslat.data import schema
 from bayeslat.models import get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, prepare
@@ -93,7 +93,7 @@ def test_sample_uses_the_summaries_where_they_hold(mocked, nu, exact, want):
                        exact=exact)
     info = json.loads(idata.posterior.attrs["sampler"])
     assert info["likelihood"] == want
-    line = fit.likelihood_line(idata)
+    line = fitting.likelihood_line(idata)
     post = idata.posterior
     # either way the posterior reads as an exact fit's: nu, and every row's log-likelihood
     assert float(post["nu"].min()) >= 2.0

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import warnings
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from bayeslat.errors import BayeslatError
+from bayeslat.errors import COMMAND_LINE, BayeslatError, InputError
 from bayeslat.version import __version__
 
 # In the order of the data flow; add a verb here and in README.md.
@@ -46,15 +48,36 @@ def _root(
     """Bayesian latency models for speculative decoding under load."""
 
 
+def flags(fn) -> dict[str, str]:
+    """Each option of a verb's function by its parameter name, as its flag
+    (``verifier_params`` → ``--verifier-params``)."""
+    out = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        decls = [d for d in getattr(param.default, "param_decls", None) or () if
+                 d.startswith("--")]
+        if decls:
+            out[name] = decls[0]
+    return out
+
+
 def guarded(fn):
-    """Turn a :class:`BayeslatError` into one red line on stderr and its exit status."""
+    """Turn a :class:`BayeslatError` into one red line on stderr and its exit status.
+
+    The library names a wrong value by its parameter (``field='alpha'``); on the command line
+    the user gave an option, so the line names that (``--alpha``). A field of a file (a key of
+    a metadata file, a column of a table) keeps its name."""
+    options = flags(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except BayeslatError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            if (isinstance(exc, InputError) and exc.path in (None, COMMAND_LINE)
+                    and exc.field in options):  # not a field of a file
+                exc = type(exc)(exc.detail, exc.path, options[exc.field])
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper

@@ -10,14 +10,8 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from bayeslat.cli.options import (
-    check_alphas,
-    check_loads,
-    make_console,
-    parse_floats,
-    quiet_pymc,
-    unconverged_warning,
-)
+from bayeslat import checks
+from bayeslat.cli.options import check_alphas, check_loads, make_console, parse_floats, quiet_pymc
 from bayeslat.errors import InputError
 
 FORMATS = ("table", "json", "vllm")
@@ -62,97 +56,41 @@ def command(
     """
     quiet_pymc()
     if fmt not in FORMATS:
-        raise InputError(f"use one of {', '.join(FORMATS)}", field="--format")
+        raise InputError(f"use one of {', '.join(FORMATS)}", field="fmt")
     if policy not in POLICIES:
-        raise InputError(f"use one of {', '.join(POLICIES)}", field="--policy")
-    if not 0 <= risk <= 1:
-        raise InputError("must be a probability in [0, 1]", field="--risk")
-    if not 0 <= max_saturated < 1:
-        raise InputError("must be a share of draws in [0, 1)", field="--max-saturated")
+        raise InputError(f"use one of {', '.join(POLICIES)}", field="policy")
+    checks.share(risk, "risk")
+    checks.share(max_saturated, "max_saturated", below_one=True)
     alphas = check_alphas(alpha)
-    ks = parse_floats(k, "--k")
-    if (ks < 0).any() or (ks != np.round(ks)).any():
-        raise InputError("draft lengths are whole numbers >= 0", field="--k")
+    ks = checks.draft_lengths(parse_floats(k, "k"))
     loads = check_loads(rps)
     # pandas, xarray and the models only once the options are known to be good
-    import pandas as pd
+    from bayeslat import api
 
-    from bayeslat import decide
-    from bayeslat.data import schema
-    from bayeslat.fit import load, require_converged
-
-    model = load(model_path)
-    diag = require_converged(model, allow_unconverged)
-    warnings = [] if diag.converged else [unconverged_warning(diag)]
-    chosen = _choose_setups(decide.setups(model.table), setup, fmt == "vllm")
-    for column, value in (("prefill_tokens", prefill), ("decode_tokens", decode),
-                          ("verifier_params_b", verifier_params),
-                          ("drafter_params_b", drafter_params)):
-        if value is not None:
-            if not value > 0:
-                raise InputError("must be positive", field="--" + column.split("_")[0])
-            chosen[column] = float(value)
-    chosen["setup"] = schema.draft_labels(chosen)  # --prefill, --decode change the group
-    try:
-        decide.measured_loads(model, chosen)  # refuses a group without baseline rows
-    except InputError as exc:
-        hint = "; or choose a setup of another group with --setup" if len(chosen) > 1 else ""
-        raise InputError(exc.detail + hint, field=exc.field) from None
-    options = {"epsilon": risk, "seed": seed, "max_saturated": max_saturated}
-    if loads is not None:
-        datasets = [decide.from_model(model, chosen, alphas, ks.astype(int), loads, **options)]
-    else:  # each setup on its own grid, up to its measured ceiling
-        datasets = decide.each_setup(model, chosen, alphas, ks.astype(int),
-                                     decide.default_loads(model, chosen, seed=seed), jobs=None,
-                                     **options)
-    info = pd.concat([_setup_info(ds) for ds in datasets], ignore_index=True)
-    warnings += [f"{row.setup} was never measured: every load is a prediction of the scaling "
-                 "laws (extrapolated)" for row in info.itertuples() if row.new_setup]
-
+    fit = api.load(model_path)
+    found = fit.decide(alphas, setup=setup, rps=loads, k=ks, prefill=prefill, decode=decode,
+                       verifier_params=verifier_params, drafter_params=drafter_params,
+                       risk=risk, max_saturated=max_saturated, seed=seed,
+                       allow_unconverged=allow_unconverged, jobs=None, single=fmt == "vllm")
     if fmt == "vllm":
-        row = chosen.iloc[0]
-        config = decide.vllm_config(datasets[0], row["setup"], float(alphas[0]), row["method"],
-                                    row["drafter"], policy, max_batch)
-        for line in warnings:
+        config = found.vllm_config(policy=policy, max_batch=max_batch)
+        for line in found.warnings:
             typer.echo(f"warning: {line}", err=True)
         typer.echo(json.dumps(config))
         return
-    decisions = pd.concat([decide.decision_table(ds) for ds in datasets], ignore_index=True)
-    break_even = pd.concat([decide.break_even_table(ds) for ds in datasets], ignore_index=True)
+    decisions, break_even, diag = found.table(), found.break_even(), found.diagnostics
     if fmt == "json":
         typer.echo(json.dumps({
-            "model": str(model_path), "variant": model.variant, "epsilon": risk,
+            "model": str(model_path), "variant": fit.variant, "epsilon": risk,
             "max_saturated": max_saturated, "converged": diag.converged,
             "diagnostics": {"max_rhat": diag.max_rhat, "min_ess_bulk": diag.min_ess_bulk,
                             "min_ess_tail": diag.min_ess_tail,
                             "divergences": diag.divergences},
-            "warnings": warnings, "setups": _records(info),
+            "warnings": found.warnings, "setups": _records(found.info),
             "decisions": _records(decisions), "break_even": _records(break_even),
         }, indent=2))
     else:
-        _print_tables(decisions, break_even, info, risk, max_saturated, warnings)
-
-
-def _choose_setups(setups, text, single):
-    if setups.empty:
-        raise InputError("the fit has no speculative configurations to decide about", field="k")
-    if text:
-        setups = setups[setups["setup"].str.contains(text, regex=False)]
-        if setups.empty:
-            raise InputError(f"no setup contains {text!r}", field="--setup")
-    if single and len(setups) > 1:
-        raise InputError("a vLLM config is for one setup; choose one with --setup from: "
-                         + "; ".join(setups["setup"]), field="--setup")
-    return setups.reset_index(drop=True).copy()
-
-
-def _setup_info(ds):
-    """Per setup: whether it was measured, how far, and its ceiling (req/s)."""
-    cols = ["new_setup", "rps_measured", "rps_ceiling", "ceiling_measured"]
-    out = ds[cols].to_dataframe()[cols].reset_index()
-    for col in ("new_setup", "ceiling_measured"):
-        out[col] = out[col].astype(bool)
-    return out
+        _print_tables(decisions, break_even, found.info, risk, max_saturated, found.warnings)
 
 
 def _records(df):

@@ -49,26 +49,43 @@ def command(
     from bayeslat.models import check
 
     check(model)  # before the fitting stack is imported
-    from bayeslat import adequacy, fit
+    from bayeslat.data.schema import EXAMPLE
+    from bayeslat.files import check_output
+
+    data = data if data is not None else EXAMPLE
+    if not data.exists() and data == EXAMPLE:
+        raise FitError(f"the shipped example {EXAMPLE} is missing; run from the project root "
+                       "or give a sweep table")
+    # refused before sampling, not after minutes of it
+    output = check_output(output if output is not None else
+                          Path("models") / f"{data.stem}-{model}.nc", overwrite)
+    from bayeslat import api, fitting
 
     quiet_pymc()
 
     console = make_console()
     with console.status("fitting") as status:
-        result = fit.run(data, model, output=output, config=config, draws=draws, tune=tune,
-                         chains=chains, seed=seed, sampler=sampler, overwrite=overwrite,
-                         progressbar=True, status=lambda msg: status.update(msg), exact=exact)
+        result = api.fit(data, model, config=config, draws=draws, tune=tune, chains=chains,
+                         seed=seed, sampler=sampler, progressbar=True, exact=exact,
+                         status=lambda msg: status.update(msg))
+        status.update(f"writing {output}")
+        result.save(output, overwrite=overwrite)
         status.update("checking the fit against its data")
-        check = adequacy.check(result.model, seed=seed)
+        check = result.adequacy(seed=seed)
+        status.update("summarising each configuration")
+        headline = result.headline(seed=seed)
+        # a sweep without SD: what it says about the server instead
+        baselines = result.baselines(seed=seed) if headline.empty else None
     diag = result.diagnostics
     console.print(_diagnostics_table(diag, len(result.model.rows), len(result.model.excluded)))
-    console.print(escape(fit.sampler_line(result.model.idata)), highlight=False)
-    console.print(escape(fit.likelihood_line(result.model.idata)), highlight=False)
+    console.print(escape(fitting.sampler_line(result.idata)), highlight=False)
+    console.print(escape(fitting.likelihood_line(result.idata)), highlight=False)
     console.print(_adequacy_table(check))
     console.print(_worst_table(check.worst(WORST_ROWS)))
     for message in check.warnings:
         console.print(f"[yellow]warning:[/] {escape(message)}")
-    console.print(_headline_table(result.headline))
+    console.print(_headline_table(headline) if baselines is None else
+                  _baseline_table(baselines))
     if result.model.excluded:
         shown = "; ".join(result.model.excluded[:3])
         more = len(result.model.excluded) - 3
@@ -120,6 +137,21 @@ def _worst_table(worst) -> Table:
                       number(row.inside_90), number(row.top_inside_90),
                       number(row.mean_z, "{:+.2f}"), number(row.capacity_ratio),
                       style="yellow" if row.misfit else None)
+    return table
+
+
+def _baseline_table(base) -> Table:
+    table = Table(title="Per configuration without SD: latency at zero load C1, load cost C2 "
+                  "and capacity (median [90% interval])", title_justify="left")
+    for header, justify in (("configuration", "left"), ("C1 (s)", "right"),
+                            ("C2 (s/req)", "right"), ("capacity (req/s)", "right")):
+        table.add_column(header, justify=justify)
+    for row in base.head(MAX_ROWS).itertuples():
+        table.add_row(row.config, *(f"{getattr(row, n):.3g} [{getattr(row, n + '_lo'):.3g}, "
+                                    f"{getattr(row, n + '_hi'):.3g}]"
+                                    for n in ("c1", "c2", "capacity")))
+    if len(base) > MAX_ROWS:
+        table.caption = f"{len(base) - MAX_ROWS} more configurations in the fit"
     return table
 
 

@@ -9,44 +9,36 @@ import numpy as np
 import typer
 from rich.console import Console
 
+from bayeslat import checks
 from bayeslat.errors import InputError
 
 
 def parse_floats(text: str, option: str) -> np.ndarray:
-    """Parse ``"0,2.5,5"`` or a range ``"0:10:11"`` (start:stop:count) into floats."""
+    """Parse ``"0,2.5,5"`` or a rising range ``"0:10:11"`` (start:stop:count) into floats."""
     try:
         if ":" in text:
             start, stop, count = text.split(":")
-            return np.linspace(float(start), float(stop), int(count))
+            start, stop, count = float(start), float(stop), int(count)
+            if stop < start or count < 1:
+                raise ValueError
+            return np.linspace(start, stop, count)
         return np.array([float(v) for v in text.split(",") if v.strip()])
     except ValueError:
         raise InputError(f"cannot read {text!r}; give numbers separated by commas (0,2,4) "
-                         "or start:stop:count (0:10:11)", field=option) from None
+                         "or start:stop:count with stop >= start (0:10:11)",
+                         field=option) from None
 
 
-def check_alphas(text: str, option: str = "--alpha") -> np.ndarray:
+def check_alphas(text: str, option: str = "alpha") -> np.ndarray:
     """Acceptance rates from ``text`` (:func:`parse_floats`), each in [0, 1]."""
-    alphas = parse_floats(text, option)
-    if ((alphas < 0) | (alphas > 1)).any() or alphas.size == 0:
-        raise InputError("acceptance rates must lie in [0, 1]", field=option)
-    return alphas
+    return checks.alphas(parse_floats(text, option), option)
 
 
-def check_loads(text: str | None, option: str = "--rps") -> np.ndarray | None:
+def check_loads(text: str | None, option: str = "rps") -> np.ndarray | None:
     """Loads in req/s from ``text`` (:func:`parse_floats`), none negative; None for None."""
-    if not text:
-        return None
-    loads = parse_floats(text, option)
-    if (loads < 0).any() or loads.size == 0:
-        raise InputError("loads must not be negative", field=option)
-    return loads
+    return None if not text else checks.loads(parse_floats(text, option), option)
 
 
-def unconverged_warning(diag) -> str:
-    """The line every output of a verb run with ``--allow-unconverged`` carries when the fit
-    did not converge (``diag``: :class:`bayeslat.models.sampling.Diagnostics`)."""
-    return (f"the fit did not converge ({'; '.join(diag.problems())}); these results may be "
-            "wrong: refit with more --tune and --draws before relying on them")
 
 
 def number(value: float, fmt: str = "{:.2f}") -> str:

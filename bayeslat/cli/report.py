@@ -11,7 +11,6 @@ from bayeslat.cli.options import (
     check_loads,
     make_console,
     quiet_pymc,
-    unconverged_warning,
 )
 
 
@@ -70,9 +69,10 @@ def _warn_unconverged(console, models: list[Path]) -> None:
     """Repeat in the terminal what the report says at its top: which fits did not converge."""
     from rich.markup import escape
 
-    from bayeslat import fit
+    from bayeslat import fitting
 
     for path in models:
-        diag = fit.convergence(fit.load(path))
+        diag = fitting.convergence(fitting.load(path))
         if not diag.converged:
-            console.print(f"[yellow]warning:[/] {path}: {escape(unconverged_warning(diag))}")
+            line = escape(fitting.unconverged_warning(diag))
+            console.print(f"[yellow]warning:[/] {path}: {line}")

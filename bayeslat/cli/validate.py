@@ -48,7 +48,7 @@ def command(
     A calibrated model puts about 50% and 90% of held-out points inside those intervals; every
     fold is a full fit (its convergence is shown beside its scores).
     """
-    from bayeslat import fit, validate, validate_page
+    from bayeslat import validate, validate_page
     from bayeslat.data import schema
     from bayeslat.files import atomic_output
     from bayeslat.models import check
@@ -62,7 +62,7 @@ def command(
     variants = list(dict.fromkeys(m.strip() for m in model.split(",") if m.strip()))
     for variant in variants or [""]:
         check(variant)  # an unknown variant: refused here, before the data are read
-    data = data if data is not None else fit.EXAMPLE
+    data = data if data is not None else schema.EXAMPLE
     output = output or Path("reports") / f"{data.stem}-{'+'.join(variants)}-validation.html"
     written = output.with_suffix(".html"), output.with_suffix(".json")
     for path in written:

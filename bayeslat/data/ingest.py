@@ -25,7 +25,7 @@ import pandas as pd
 from bayeslat.data import metadata, schema
 from bayeslat.data.guidellm import FORMATS, Report, read_report
 from bayeslat.data.saturation import flag_saturated
-from bayeslat.errors import InputError
+from bayeslat.errors import COMMAND_LINE, InputError
 
 # Benchmark fields copied into the table unchanged.
 _COPIED = ("strategy", "rate_target", "rps", "latency_mean", "latency_std", "latency_p50",
@@ -176,7 +176,7 @@ def ingest(
         raise InputError(
             "metadata applies to GuideLLM reports only, and every input is a tidy table, which "
             "carries its own deployment columns; edit the table, or leave out --meta and the "
-            "deployment options", meta_path if meta_path is not None else "command line", field)
+            "deployment options", meta_path if meta_path is not None else COMMAND_LINE, field)
     reports, frames = [], []
     for path, table_file in zip(paths, tables, strict=True):
         if table_file:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bayeslat.data import vllm_metrics
-from bayeslat.errors import InputError
+from bayeslat.errors import COMMAND_LINE, InputError
 
 DIR_FILE = "bayeslat.toml"
 # A stated prefill/decode length this far (relative) from the measured mean contradicts the report.
@@ -118,7 +118,7 @@ def meta_for(report: Path, meta_file: Path | None, overrides: dict) -> Meta:
             sources.append((read_meta_file(candidate), str(candidate)))
     if meta_file is not None:
         sources.append((read_meta_file(meta_file), str(meta_file)))
-    sources.append((check_values(overrides, "command line"), "command line"))
+    sources.append((check_values(overrides, COMMAND_LINE), COMMAND_LINE))
     return merge(sources)
 
 

@@ -36,6 +36,8 @@ from bayeslat.errors import SchemaError
 from bayeslat.files import atomic_output
 
 SCHEMA_VERSION = 1
+# The shipped example sweep, relative to the project root (what `bayeslat fit` fits by default).
+EXAMPLE = Path("data/example/sweep.parquet")
 
 
 @dataclass(frozen=True)

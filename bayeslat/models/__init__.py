@@ -31,7 +31,7 @@ def check(variant: str) -> str:
     """``variant`` if it names a model variant (without importing it), else an error."""
     if variant not in VARIANTS:
         raise InputError(f"unknown model {variant!r}; use one of {', '.join(VARIANTS)}",
-                         field="--model")
+                         field="model")
     return variant
 
 

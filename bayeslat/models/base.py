@@ -676,7 +676,17 @@ class LatencyModel:
                                 rps=("obs", rows["rps"].to_numpy()))
 
 
-def pt_log(x):
-    import pytensor.tensor as pt
+def full_coefficients(pred: xr.Dataset):
+    """``(C1, C2)`` draws from predicted parts; for ``moe``, at full coverage (``phi = 1``)."""
+    if "C1" in pred:
+        return pred["C1"], pred["C2"]
+    return pred["C1u"] + pred["C1s"], pred["C2u"] + pred["C2s"]
 
-    return pt.log(x)
+
+def capacity_terms(pred: xr.Dataset):
+    """``(C3, Q)`` draws of the compute wall from predicted parts; ``(0.0, 0.0)`` for the
+    variants without it (the paper's model), so that :mod:`bayeslat.theory` takes its closed
+    forms."""
+    if "C3" in pred and "Q" in pred:
+        return pred["C3"], pred["Q"]
+    return 0.0, 0.0

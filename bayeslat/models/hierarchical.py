@@ -58,7 +58,8 @@ class HierarchicalModel(LatencyModel):
         rows = self.rows
         if not (rows["k"] > 0).any():
             raise FitError(f"the {self.variant} model needs SD rows (k > 0) to tell the verify "
-                           "and draft costs apart; fit baseline-only data with --model dense")
+                           "and draft costs apart; fit baseline-only data with the dense or "
+                           "dense-capacity variant (--model dense; model='dense' in Python)")
         self.units = {
             "group": rows.drop_duplicates("group").set_index("group")[list(UNIT_COLUMNS)],
             "draft": rows[rows["k"] > 0].drop_duplicates("draft").set_index("draft")[

@@ -36,7 +36,8 @@ class MoEModel(HierarchicalModel):
     def setup(self, scales):
         if (self.rows["moe_experts_total"] <= 0).any():
             raise FitError("the moe model needs every row to be an MoE verifier "
-                           "(moe_experts_total > 0); fit dense verifiers with --model hierarchical")
+                           "(moe_experts_total > 0); fit dense verifiers with the hierarchical "
+                           "variant (--model hierarchical; model='hierarchical' in Python)")
         super().setup(scales)
 
     def curve_inputs(self, curves):

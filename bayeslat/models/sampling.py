@@ -183,7 +183,8 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
     if sampler not in SAMPLERS:
         raise FitError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
     compiled.register()
-    backend = _optional(sampler, sampler) if sampler != "pymc" else None
+    if sampler == "numpyro":
+        _numpyro()  # installed, or an error saying how to install it
     clock = time.perf_counter()
     from bayeslat.models.summary import summarise  # SciPy: not for the verbs that only load
 
@@ -200,6 +201,8 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
     start = model.initial_values(pm_model)
     if sampler == "nutpie":
         # freeze_model: data become constants, so what depends only on them is folded away
+        import nutpie as backend
+
         compiled_model = backend.compile_pymc_model(
             pm_model, initial_points=start, jitter_rvs=_jitter_vars(pm_model),
             freeze_model=True)
@@ -266,14 +269,14 @@ def _likelihood_note(summary, exact: bool, model) -> dict:
             "summarised_curves": int(len(summary.curve))} | stage1
 
 
-def _optional(module: str, extra: str):
-    import importlib
-
+def _numpyro() -> None:
+    """Check that numpyro, the optional JAX sampler, is installed; else say how."""
     try:
-        return importlib.import_module(module)
+        import numpyro  # noqa: F401
     except ImportError:
-        raise FitError(f"the {module} sampler is not installed; pip install 'bayeslat[{extra}]' "
-                       "or choose --sampler pymc") from None
+        raise FitError("the numpyro sampler is not installed; pip install 'bayeslat[numpyro]' "
+                       "or choose the nutpie or pymc sampler (--sampler nutpie; "
+                       "sampler='nutpie' in Python)") from None
 
 
 def _complete(idata, pm_model) -> None:

@@ -6,7 +6,7 @@ with no network. It opens with the answer (:mod:`bayeslat.report.answer`: per se
 off, which k, how sure), then the evidence, first the model's adequacy
 (:mod:`bayeslat.adequacy`). Every section is about the first model given; with several models
 the diagnostics section adds their PSIS-LOO comparison. A fit that did not converge is refused
-(:func:`bayeslat.fit.require_converged`) unless allowed, and then named at the top.
+(:func:`bayeslat.fitting.require_converged`) unless allowed, and then named at the top.
 """
 
 from __future__ import annotations
@@ -29,16 +29,33 @@ def _names(paths: Sequence[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 
-def build(paths: Sequence[str | os.PathLike], seed: int = 0,
+def _load(fits: Sequence, say: Callable[[str], None]) -> dict:
+    """The fits by name: files loaded (named after the file), models as given (named after
+    their file if they were saved, else their variant)."""
+    from bayeslat import fitting
+
+    paths = [Path(f) if isinstance(f, str | os.PathLike) else Path(
+        getattr(f, "path", None) or f"{f.variant} fit") for f in fits]
+    models = {}
+    for name, fit, path in zip(_names(paths), fits, paths, strict=True):
+        if isinstance(fit, str | os.PathLike):
+            say(f"loading {path}")
+            fit = fitting.load(path)
+        models[name] = fit
+    return models
+
+
+def build(fits: Sequence, seed: int = 0,
           status: Callable[[str], None] | None = None,
           allow_unconverged: bool = False, rps=None, alpha=None,
           jobs: int | None = None) -> str:
-    """The HTML report of the fits in ``paths`` (files written by ``bayeslat fit``).
+    """The HTML report of ``fits``: files written by ``bayeslat fit``, or fitted models.
 
     Parameters
     ----------
-    paths
-        One or more fits; the first is the one reported on, all are compared by PSIS-LOO.
+    fits
+        One or more fits (paths or :class:`~bayeslat.models.base.LatencyModel`); the first is
+        the one reported on, all are compared by PSIS-LOO.
     seed
         Seed of the thinning of draws, of the draws for unmeasured groups and of the
         adequacy check's scatter (the same figures as ``bayeslat fit --seed``).
@@ -60,17 +77,14 @@ def build(paths: Sequence[str | os.PathLike], seed: int = 0,
     FitError
         A fit did not converge and ``allow_unconverged`` is false.
     """
-    from bayeslat import fit
+    from bayeslat import fitting
     from bayeslat.report import inputs as inp
     from bayeslat.report import page
 
     say = status or (lambda message: None)
-    paths = [Path(p) for p in paths]
-    models, unconverged = {}, {}
-    for name, path in zip(_names(paths), paths, strict=True):
-        say(f"loading {path}")
-        models[name] = fit.load(path)
-        diag = fit.require_converged(models[name], allow_unconverged)
+    models, unconverged = _load(fits, say), {}
+    for name, model in models.items():
+        diag = fitting.require_converged(model, allow_unconverged)
         if not diag.converged:
             unconverged[name] = "; ".join(diag.problems())
     data = inp.Inputs(models, seed=seed, jobs=jobs)
@@ -138,19 +152,20 @@ def alerts(data) -> list[str]:
     return out
 
 
-def write(paths: Sequence[str | os.PathLike], output: str | os.PathLike, *,
+def write(fits: Sequence, output: str | os.PathLike, *,
           overwrite: bool = False, seed: int = 0,
           status: Callable[[str], None] | None = None,
           allow_unconverged: bool = False, rps=None, alpha=None,
           jobs: int | None = None) -> Path:
-    """Build the report of ``paths`` and write it to ``output`` atomically.
+    """Build the report of ``fits`` (paths or models, :func:`build`) and write it to
+    ``output`` atomically.
 
     An existing ``output`` is an error unless ``overwrite``; it is checked before the
     (minute-long) build starts. ``allow_unconverged``, ``rps``, ``alpha``, ``jobs``: see
     :func:`build`.
     """
     with atomic_output(output, overwrite=overwrite) as tmp:
-        tmp.write_text(build(paths, seed=seed, status=status,
+        tmp.write_text(build(fits, seed=seed, status=status,
                              allow_unconverged=allow_unconverged, rps=rps, alpha=alpha,
                              jobs=jobs),
                        encoding="utf-8")

@@ -11,7 +11,7 @@ from matplotlib import ticker
 
 from bayeslat import adequacy, theory
 from bayeslat.data import schema
-from bayeslat.fit import full_coefficients
+from bayeslat.models.base import full_coefficients
 from bayeslat.report import page
 
 DRAWS = ("chain", "draw")

@@ -116,5 +116,5 @@ def preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise InputError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}",
-                         field="--preset") from None
+                         field="preset") from None
 
