@@ -115,3 +115,12 @@ def test_per_request_records_feed_the_growth_check():
     report = guidellm.read_report(FIXTURES / "mock-gl08" / "sweep.json")
     # The mock server answers in constant time: no run grows.
     assert [b.growing for b in report.benchmarks] == [False] * len(report.benchmarks)
+
+
+def test_the_served_model_is_read_where_the_report_names_it():
+    for fmt in ("json", "yaml"):
+        assert guidellm.read_report(FIXTURES / "vllm-sd-gl08" / f"sweep.{fmt}").model == \
+            "tiny-llama"
+    assert guidellm.read_report(FIXTURES / "vllm-sd-gl08" / "sweep.csv").model is None
+    # GuideLLM 0.5 run against a server without --model: the report names none
+    assert guidellm.read_report(FIXTURES / "mock-gl05" / "sweep.json").model is None

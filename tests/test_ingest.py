@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from bayeslat.cli import app
 from bayeslat.data import guidellm, schema, vllm_metrics
-from bayeslat.data.ingest import ingest
+from bayeslat.data.ingest import ingest, one_workload_per_length
 from bayeslat.errors import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "guidellm"
@@ -52,7 +52,8 @@ def test_token_lengths_default_to_the_measured_means():
     doc = json.loads(path.read_text())
     n = [b["metrics"]["request_totals"]["successful"] for b in doc["benchmarks"]]
     prompt = [b["metrics"]["prompt_token_count"]["successful"]["mean"] for b in doc["benchmarks"]]
-    assert table["prefill_tokens"].iloc[0] == pytest.approx(np.average(prompt, weights=n))
+    # in whole tokens (one_workload_per_length)
+    assert table["prefill_tokens"].iloc[0] == np.round(np.average(prompt, weights=n))
     assert (table["decode_tokens"] == 32.0).all()  # the mock server returns 32 tokens
     assert table["prefill_tokens"].nunique() == 1  # one group per report
 
@@ -162,6 +163,45 @@ def test_cli_spells_options_as_decide_does(tmp_path, spelling):
     assert result.exit_code == 0, result.output
     table = schema.read_table(out)
     assert set(table["verifier_params_b"]) == {8.0} and set(table["prefill_tokens"]) == {32.0}
+
+
+def test_runs_of_one_workload_are_one_group(tmp_path):
+    """Measured means a token apart (the baseline and the SD run of one workload) make one
+    group; a workload 20% longer stays its own; a stated length is kept."""
+    table = pd.DataFrame({"prefill_tokens": [263.4, 264.6, 262.0, 320.0, 300.0],
+                          "decode_tokens": [127.0, 128.2, 128.0, 128.0, 90.0],
+                          "_measured_prefill_tokens": [True, True, True, True, False],
+                          "_measured_decode_tokens": [True, True, True, True, False]})
+    out = one_workload_per_length(table)
+    assert out["prefill_tokens"].tolist() == [263.0, 263.0, 263.0, 320.0, 300.0]
+    assert out["decode_tokens"].tolist() == [128.0, 128.0, 128.0, 128.0, 90.0]
+    assert not any(c.startswith("_measured") for c in out)
+
+
+def test_the_verifier_is_the_model_the_report_names(tmp_path):
+    shutil.copy(FIXTURES / "vllm-base-gl08" / "sweep.json", tmp_path / "run.json")
+    (tmp_path / "bayeslat.toml").write_text('verifier_params_b = 0.001\nhardware = "cpu"\n')
+    table = ingest([tmp_path / "run.json"], None, {})
+    assert set(table["verifier"]) == {"tiny-llama"}  # config.backend.model of GuideLLM 0.8
+    # metadata still wins over the report
+    table = ingest([tmp_path / "run.json"], None, {"verifier": "mine"})
+    assert set(table["verifier"]) == {"mine"}
+
+
+def test_every_missing_key_in_one_message(tmp_path):
+    shutil.copy(FIXTURES / "mock-gl05" / "sweep.json", tmp_path / "run.json")  # names no model
+    with pytest.raises(InputError) as info:
+        ingest([tmp_path / "run.json"], None, {"k": 2})
+    message = str(info.value)
+    assert info.value.field == "verifier, verifier_params_b, hardware, method, drafter, alpha"
+    for line in ('verifier = "llama-8b"', "verifier_params_b = 8.0", 'hardware = "H100"',
+                 'method = "eagle3"', 'drafter = "eagle3-llama-8b"', "alpha = 0.7"):
+        assert line in message, message
+    # the snippet, one key per line, is a metadata file that ingests
+    snippet = message.split("e.g. ")[1].split(" (or in")[0].replace("; ", "\n")
+    (tmp_path / "bayeslat.toml").write_text(snippet + "\nk = 2\n")
+    assert set(ingest([tmp_path / "run.json"], None, {})["alpha"]) == {0.7}
+
 
 # --- the bad-input corpus -------------------------------------------------------------------
 #

@@ -11,6 +11,7 @@ def rows():
         strategy=["synchronous", "constant", "constant", "constant", "throughput"],
         rate_target=[np.nan, 2.0, 4.0, 4.0, np.nan],
         rps=[0.5, 1.99, 3.5, 3.9, 6.0],
+        latency_mean=[1.0, 1.1, 1.2, 1.3, 2.0],
         n_successful=[100, 100, 100, 80, 100],
         n_errored=[0, 0, 0, 10, 0],
         n_incomplete=[0, 1, 0, 10, 0],
@@ -24,6 +25,17 @@ def test_reasons():
     assert "errored or incomplete" in out.loc[3, "saturation_reason"]
     assert "throughput" in out.loc[4, "saturation_reason"]
     assert out.loc[1, "saturation_reason"] == ""
+
+
+def test_requests_in_flight_when_the_run_stops_are_not_failures():
+    """A timed run ends with about rps·L requests in flight, incomplete by construction: one
+    of eleven at 0.5 req/s is not saturation; more than that, beyond 5%, is."""
+    low = pd.DataFrame(dict(strategy=["constant"] * 3, rate_target=[0.5] * 3, rps=[0.5] * 3,
+                            latency_mean=[1.8] * 3, n_successful=[10] * 3, n_errored=[0, 1, 0],
+                            n_incomplete=[1, 0, 3]))
+    out = flag_saturated(low)
+    assert out["saturated"].tolist() == [False, True, True]
+    assert "beyond those in flight" in out.loc[2, "saturation_reason"]
 
 
 def test_growth_joins_other_reasons():

@@ -89,6 +89,9 @@ class Report:
     schema: int
     guidellm_version: str
     benchmarks: tuple[Benchmark, ...]
+    # the model the run's backend served (GuideLLM's --model or the server's only one), where
+    # the report names one: JSON and YAML reports; CSV does not carry it
+    model: str | None = None
 
 
 def read_report(path: str | os.PathLike) -> Report:
@@ -220,7 +223,22 @@ def _read_document(path: Path, fmt: str, doc: Any) -> Report:
     if not entries:
         root["benchmarks"].fail("no benchmarks in the report; the run recorded nothing")
     benchmarks = tuple(_document_benchmark(b, i) for i, b in enumerate(entries))
-    return Report(path, fmt, schema, version, benchmarks)
+    return Report(path, fmt, schema, version, benchmarks, _served_model(doc))
+
+
+def _served_model(doc: dict) -> str | None:
+    """The one model name the report's benchmarks were served by (``config.backend.model``,
+    else the run's ``args.model``); None where it names none or several."""
+    names = set()
+    for bench in doc.get("benchmarks") or []:
+        config = bench.get("config") if isinstance(bench, dict) else None
+        backend = config.get("backend") if isinstance(config, dict) else None
+        if isinstance(backend, dict) and backend.get("model"):
+            names.add(str(backend["model"]))
+    args = doc.get("args")
+    if not names and isinstance(args, dict) and args.get("model"):
+        names.add(str(args["model"]))
+    return names.pop() if len(names) == 1 else None
 
 
 def _document_benchmark(bench: _Node, index: int) -> Benchmark:

@@ -31,6 +31,9 @@ from bayeslat.errors import COMMAND_LINE, InputError
 _COPIED = ("strategy", "rate_target", "rps", "latency_mean", "latency_std", "latency_p50",
            "latency_p95", "latency_p99", "ttft_mean", "itl_mean", "n_successful", "n_errored",
            "n_incomplete", "duration_s")
+# The workload's token lengths; measured ones this close (relative) are one workload.
+LENGTHS = ("prefill_tokens", "decode_tokens")
+LENGTH_TOLERANCE = 0.05
 
 
 def _one_format_per_run(paths: list[Path]) -> tuple[list[Path], list[Path]]:
@@ -96,14 +99,44 @@ def report_rows(report: Report, meta: metadata.Meta) -> pd.DataFrame:
     weights = np.array([b.n_successful for b in benches], dtype=float)
     prompt = float(np.average([b.prompt_tokens_mean for b in benches], weights=weights))
     output = float(np.average([b.output_tokens_mean for b in benches], weights=weights))
-    deployment = metadata.resolve(meta, prompt, output, str(report.path))
+    deployment = metadata.resolve(meta, prompt, output, str(report.path), report.model)
     rows = []
     for b in benches:
         row = dict(deployment)
         row.update({name: getattr(b, name) for name in _COPIED})
         row["source"] = f"{report.path}#{b.index}"
+        for column in LENGTHS:  # measured, not stated: :func:`one_workload_per_length`
+            row[f"_measured_{column}"] = column not in meta.values
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def one_workload_per_length(table: pd.DataFrame) -> pd.DataFrame:
+    """Measured token lengths within :data:`LENGTH_TOLERANCE` of each other made one workload.
+
+    A report's lengths are its measured means, which differ by a token or two between the runs
+    of one workload (the baseline against SD, one rate against another): left as they are,
+    each run would be a group of its own. Sorted, each measured value joins the workload of the
+    one before while within the tolerance of it, and every value of a workload becomes their
+    median, rounded to whole tokens. Stated lengths (metadata) and
+    tidy-table rows are kept as they are; the ``_measured_*`` marks are dropped.
+    """
+    table = table.copy()
+    for column in LENGTHS:
+        mark = f"_measured_{column}"
+        if mark not in table:
+            continue
+        measured = table[mark].fillna(False).to_numpy(dtype=bool)
+        values = np.sort(table.loc[measured, column].unique())
+        merged, members = {}, []
+        for value in [*values, np.inf]:
+            if members and value > members[-1] * (1 + LENGTH_TOLERANCE):
+                merged.update(dict.fromkeys(members, float(np.round(np.median(members)))))
+                members = []
+            members.append(value)
+        table.loc[measured, column] = table.loc[measured, column].map(merged)
+        table = table.drop(columns=mark)
+    return table
 
 
 def _check_duplicates(reports: list[Report]) -> None:
@@ -194,5 +227,5 @@ def ingest(
             progress(path)
     _check_duplicates(reports)
     _check_sources(frames, paths)
-    table = pd.concat(frames, ignore_index=True)
+    table = one_workload_per_length(pd.concat(frames, ignore_index=True))
     return schema.validate(table)

@@ -10,7 +10,7 @@ from TOML metadata, merged in this order (later wins):
 
 Keys (all optional unless said)::
 
-    verifier = "llama-8b"            # required
+    verifier = "llama-8b"            # required (default: the model the report names)
     verifier_params_b = 8.0          # required
     drafter = "eagle3-llama-8b"      # required when k > 0
     drafter_params_b = 0.25
@@ -26,7 +26,8 @@ Keys (all optional unless said)::
     prefill_tokens = 512             # default: the report's measured prompt-token mean
     decode_tokens = 256              # default: the report's measured output-token mean
 
-Metadata that contradicts the report or itself is an error: ``k`` for a server whose metrics show
+Every key still missing is named in one error, with example lines. Metadata that contradicts
+the report or itself is an error: ``k`` for a server whose metrics show
 no speculative decoding, a ``k`` other than the number of draft positions the server counted,
 ``alpha`` together with metrics files, token lengths far from what was measured.
 """
@@ -55,6 +56,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 KEYS = tuple(_TYPES)
 REQUIRED = ("verifier", "verifier_params_b", "hardware")
+# How a missing key looks in a metadata file (the missing-keys message shows them).
+_EXAMPLES = {"verifier": '"llama-8b"', "verifier_params_b": "8.0", "hardware": '"H100"',
+             "method": '"eagle3"', "drafter": '"eagle3-llama-8b"', "alpha": "0.7"}
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,21 @@ def meta_for(report: Path, meta_file: Path | None, overrides: dict) -> Meta:
     return merge(sources)
 
 
-def resolve(meta: Meta, prompt_mean: float, output_mean: float, report: str) -> dict:
+def missing_keys(values: dict) -> list[str]:
+    """The keys a report's metadata still needs: :data:`REQUIRED`, and for a run with SD
+    (``k > 0``) its method, drafter and alpha (or the metrics files to measure it)."""
+    out = [key for key in REQUIRED if key not in values]
+    if values.get("k", 0) > 0:
+        out += [key for key, needed in (
+            ("method", values.get("method", "none") == "none"),
+            ("drafter", "drafter" not in values),
+            ("alpha", not {"alpha", "metrics_before", "metrics_after"} & set(values)))
+            if needed]
+    return out
+
+
+def resolve(meta: Meta, prompt_mean: float, output_mean: float, report: str,
+            model: str | None = None) -> dict:
     """The tidy-table columns that come from metadata, checked against the report.
 
     Parameters
@@ -133,6 +151,8 @@ def resolve(meta: Meta, prompt_mean: float, output_mean: float, report: str) -> 
         Measured mean prompt and output token counts over the report's benchmarks.
     report
         The report's path, for messages.
+    model
+        The model name the report's backend served, the verifier when the metadata name none.
 
     Returns
     -------
@@ -141,15 +161,21 @@ def resolve(meta: Meta, prompt_mean: float, output_mean: float, report: str) -> 
         moe_experts_active, moe_experts_total, prefill_tokens, decode_tokens, k, alpha,
         alpha_source``.
     """
-    v = meta.values
-    for key in REQUIRED:
-        if key not in v:
-            raise InputError(f"missing; the report does not say it: put it in {DIR_FILE} or "
-                             f"{Path(report).stem}.toml next to the report, --meta FILE, or the "
-                             "command line", report, key)
+    v = dict(meta.values)
+    if "verifier" not in v and model:
+        v["verifier"] = model  # the model the report's backend served
+        meta = Meta(v, meta.origin | {"verifier": report})
     k = v.get("k", 0)
     if k < 0:
         raise InputError("must be 0 (no SD) or a positive draft length", meta.where("k"), "k")
+    missing = missing_keys(v)
+    if missing:
+        them = "it" if len(missing) == 1 else "them"
+        snippet = "; ".join(f"{key} = {_EXAMPLES[key]}" for key in missing)
+        raise InputError(f"missing (the report does not say {them}): put {them} in {DIR_FILE} "
+                         f"beside the report, one key per line, e.g. {snippet} (or in "
+                         f"{Path(report).stem}.toml for this report alone, --meta FILE, or "
+                         "options)", report, ", ".join(missing))
     row = {
         "verifier": v["verifier"], "verifier_params_b": float(v["verifier_params_b"]),
         "hardware": v["hardware"], "k": k,
@@ -198,11 +224,6 @@ def _no_sd(meta: Meta) -> dict:
 
 def _drafter(meta: Meta, k: int) -> dict:
     v = meta.values
-    if v.get("method", "none") == "none":
-        raise InputError(f"k = {k} needs the SD method (eagle3, draft_model, ngram, mtp, ...)",
-                         meta.where("k"), "method")
-    if "drafter" not in v:
-        raise InputError(f"k = {k} needs the drafter's name", meta.where("k"), "drafter")
     alpha, source = _alpha(meta, k)
     return {"drafter": v["drafter"], "drafter_params_b": float(v.get("drafter_params_b", 0.0)),
             "method": v["method"], "alpha": alpha, "alpha_source": source}
@@ -231,9 +252,6 @@ def _alpha(meta: Meta, k: int) -> tuple[float, str]:
             raise InputError(f"k = {k} contradicts the metrics, which count {measured.k} draft "
                              "positions", meta.where("k"), "k")
         return measured.alpha, "measured"
-    if "alpha" not in v:
-        raise InputError(f"k = {k} needs alpha (forced or assumed) or metrics_before and "
-                         "metrics_after to measure it", meta.where("k"), "alpha")
     alpha = float(v["alpha"])
     if not 0 <= alpha <= 1:
         raise InputError(f"must lie in [0, 1], got {alpha:g}", meta.where("alpha"), "alpha")
