@@ -216,12 +216,11 @@ class Fit:
                                                  below_one=True)}
         diag = fitting.require_converged(self.model, allow_unconverged)
         chosen = self.choose(setup, single)
-        for name, value in (("prefill", prefill), ("decode", decode),
-                            ("verifier_params", verifier_params),
-                            ("drafter_params", drafter_params)):
+        for column, name, value in (("prefill_tokens", "prefill", prefill),
+                                    ("decode_tokens", "decode", decode),
+                                    ("verifier_params_b", "verifier_params", verifier_params),
+                                    ("drafter_params_b", "drafter_params", drafter_params)):
             if value is not None:
-                column = {"prefill": "prefill_tokens", "decode": "decode_tokens"}.get(
-                    name, f"{name}_b")
                 chosen[column] = checks.positive(value, name)
         chosen["setup"] = schema.draft_labels(chosen)  # other lengths: another group
         try:
