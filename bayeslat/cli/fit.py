@@ -93,7 +93,8 @@ def command(
     console.print(f"wrote {result.path}")
     if not diag.converged:
         message = (f"the fit did not converge ({'; '.join(diag.problems())}); it was written to "
-                   f"{result.path} for inspection: try more --tune/--draws")
+                   f"{result.path} for inspection: try more --tune/--draws"
+                   f"{fitting.few_groups_hint(result.model)}")
         if strict:
             raise FitError(message)
         console.print(f"[yellow]warning:[/] {message}")
