@@ -193,14 +193,43 @@ def test_every_missing_key_in_one_message(tmp_path):
     with pytest.raises(InputError) as info:
         ingest([tmp_path / "run.json"], None, {"k": 2})
     message = str(info.value)
-    assert info.value.field == "verifier, verifier_params_b, hardware, method, drafter, alpha"
-    for line in ('verifier = "llama-8b"', "verifier_params_b = 8.0", 'hardware = "H100"',
-                 'method = "eagle3"', 'drafter = "eagle3-llama-8b"', "alpha = 0.7"):
+    assert info.value.field == "verifier, method, drafter, alpha"
+    for line in ('verifier = "llama-8b"', 'method = "eagle3"', 'drafter = "eagle3-llama-8b"',
+                 "alpha = 0.7"):
         assert line in message, message
     # the snippet, one key per line, is a metadata file that ingests
     snippet = message.split("e.g. ")[1].split(" (or in")[0].replace("; ", "\n")
     (tmp_path / "bayeslat.toml").write_text(snippet + "\nk = 2\n")
     assert set(ingest([tmp_path / "run.json"], None, {})["alpha"]) == {0.7}
+
+
+def test_a_baseline_sweep_of_a_named_model_needs_no_metadata(tmp_path):
+    shutil.copy(FIXTURES / "vllm-base-gl08" / "sweep.json", tmp_path / "run.json")
+    table = ingest([tmp_path], None, {})
+    assert set(table["verifier"]) == {"tiny-llama"} and set(table["hardware"]) == {"unknown"}
+    assert table["verifier_params_b"].isna().all()  # the name states no size
+    assert (table["k"] == 0).all() and (table["method"] == "none").all()
+    result = runner.invoke(app, ["ingest", str(tmp_path), "-o", str(tmp_path / "t.parquet")])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "tiny-llama (size unknown) on unknown hardware, no SD" in said
+    assert "size unknown for tiny-llama" in said and "hardware unknown" in said
+    # a size in the name is the size; metadata still wins
+    named = ingest([tmp_path], None, {"verifier": "meta-llama/Llama-3.1-8B-Instruct"})
+    assert set(named["verifier_params_b"]) == {8.0}
+    given = ingest([tmp_path], None, {"verifier": "llama-8b", "verifier_params_b": 7.5})
+    assert set(given["verifier_params_b"]) == {7.5}
+
+
+@pytest.mark.parametrize("name, size", [
+    ("meta-llama/Llama-3.1-8B-Instruct", 8.0), ("Qwen/Qwen3-0.6B", 0.6),
+    ("HuggingFaceTB/SmolLM-135M", 0.135), ("Qwen/Qwen3-30B-A3B", 30.0), ("gpt-oss-20b", 20.0),
+    ("llama3.1:8b", 8.0), ("mistralai/Mixtral-8x7B-v0.1", math.nan), ("opt125m", math.nan),
+    ("tiny-llama", math.nan), ("llama-7b-to-70b", math.nan)])
+def test_the_size_a_model_name_states(name, size):
+    from bayeslat.data.metadata import params_from_name
+
+    assert params_from_name(name) == pytest.approx(size, nan_ok=True)
 
 
 # --- the bad-input corpus -------------------------------------------------------------------
@@ -342,7 +371,8 @@ BAD = {
          _raw_file(t, "a.yaml", (FIXTURES / "mock-gl08/sweep.yaml").read_bytes())],
         "a.yaml", "benchmarks[0].config.id_", "duplicate benchmark"),
     "metadata missing verifier": lambda t: (
-        [_write_json(t, _doc(), meta='hardware = "x"\n')], "bad.json", "verifier", "missing"),
+        [_write_json(t, _doc("mock-gl05/sweep.json"), meta='hardware = "x"\n')], "bad.json",
+        "verifier", "missing"),
     "metadata not TOML": lambda t: (
         [_write_json(t, _doc(), meta="verifier = [unclosed\n")], "bayeslat.toml", None,
         "not valid TOML"),

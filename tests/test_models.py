@@ -13,7 +13,7 @@ from pymc.testing import mock_sample
 
 import bayeslat
 from bayeslat import fitting, theory
-from bayeslat.errors import FitError, NumericalError
+from bayeslat.errors import FitError, InputError, NumericalError
 from bayeslat.models import VARIANTS, get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
 from bayeslat.models.capacity import Q_FLOOR, queue_shift
@@ -48,6 +48,18 @@ def fitted(request, mocked, tmp_path_factory):
     sampling.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False)
     path = model.save(tmp_path_factory.mktemp("fits") / f"{request.param}.nc")
     return model, path
+
+
+def test_scaling_variants_need_the_size_of_every_verifier():
+    df = table("hierarchical")
+    df.loc[df["verifier"] == "llama-70b", "verifier_params_b"] = np.nan
+    with pytest.raises(InputError, match="llama-70b") as info:
+        get("hierarchical")(df)
+    assert info.value.field == "verifier_params_b"
+    # one verifier of unknown size is fine: its size cannot be told from the intercept anyway
+    one = df[df["verifier"] == "llama-70b"]
+    assert get("hierarchical")(one).scales["c1v"] == get("hierarchical")(
+        one.assign(verifier_params_b=70.0)).scales["c1v"]
 
 
 def test_groups_dims_and_excluded_rows(fitted):

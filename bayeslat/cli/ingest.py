@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from bayeslat.cli.options import make_console
+from bayeslat.data.metadata import DIR_FILE, UNKNOWN_HARDWARE
 from bayeslat.errors import InputError
 
 # CLI options that become metadata keys (they win over every metadata file).
@@ -82,9 +83,21 @@ def command(
                        progress=lambda p: bar.update(task, advance=1, description=p.name))
     schema.write_table(table, output, overwrite=overwrite)
     console.print(summary(table, origins))
-    for number, (path, _) in enumerate(origins, start=1):
+    start = 0
+    for number, (path, count) in enumerate(origins, start=1):
         kind = " (tidy table)" if is_table(path) else ""
-        console.print(f"report {number}: {path}{kind}", highlight=False, markup=False)
+        console.print(f"report {number}: {path}{kind}: {deployment(table.iloc[start])}",
+                      highlight=False, markup=False)
+        start += count
+    unsized = sorted(table.loc[table["verifier_params_b"].isna(), "verifier"].unique())
+    if unsized:
+        console.print(f"[yellow]size unknown[/] for {', '.join(unsized)}: fine for a fit of one "
+                      "verifier; a fit across verifiers needs each one's size (verifier_params_b "
+                      f"in {DIR_FILE} beside the reports, or the table's column)", highlight=False)
+    if (table["hardware"] == UNKNOWN_HARDWARE).any():
+        console.print(f"[yellow]hardware unknown[/]: the reports do not say; put hardware = "
+                      f"\"H100\" (yours) in {DIR_FILE} beside them to label the setups",
+                      highlight=False)
     for path in skipped:
         console.print(f"skipped {path}: the same run was read in another format", highlight=False,
                       markup=False)
@@ -94,6 +107,14 @@ def command(
     flagged = int(table["saturated"].sum())
     console.print(f"wrote {len(table)} benchmarks to {output} ({flagged} flagged saturated: kept, "
                   "and excluded from fits by default)", highlight=False)
+
+
+def deployment(row) -> str:
+    """One report's deployment in a few words: ``llama-8b (8B params) on H100, k 3 (eagle3)``."""
+    size = ("size unknown" if np.isnan(row.verifier_params_b)
+            else f"{row.verifier_params_b:g}B params")
+    sd = f"k {row.k} ({row.method}, drafter {row.drafter})" if row.k > 0 else "no SD"
+    return f"{row.verifier} ({size}) on {row.hardware} hardware, {sd}"
 
 
 def summary(table, origins: list[tuple[Path, int]]) -> Table:

@@ -10,8 +10,8 @@ from TOML metadata, merged in this order (later wins):
 
 Keys (all optional unless said)::
 
-    verifier = "llama-8b"            # required (default: the model the report names)
-    verifier_params_b = 8.0          # required
+    verifier = "llama-8b"            # required unless the report names the model it served
+    verifier_params_b = 8.0          # default: the size in the verifier's name ("...-8B-...")
     drafter = "eagle3-llama-8b"      # required when k > 0
     drafter_params_b = 0.25
     method = "eagle3"                # none, eagle3, draft_model, ngram, mtp, ...
@@ -20,13 +20,17 @@ Keys (all optional unless said)::
     alpha_source = "forced"          # or "assumed"; "measured" comes from the metrics files
     metrics_before = "before.prom"   # vLLM /metrics before the sweep (relative to the TOML)
     metrics_after = "after.prom"     # ... and after: alpha is measured from the counters
-    hardware = "H100"                # required
+    hardware = "H100"                # default: "unknown"
     moe_experts_active = 0
     moe_experts_total = 0
     prefill_tokens = 512             # default: the report's measured prompt-token mean
     decode_tokens = 256              # default: the report's measured output-token mean
 
-Every key still missing is named in one error, with example lines. Metadata that contradicts
+A baseline sweep (no SD) of a report that names its model needs no metadata at all: its
+verifier's size is read from the name where the name carries one (NaN, unknown, otherwise: a fit
+of one verifier does not need it) and its hardware is ``"unknown"``. A run with SD needs its
+method, drafter and alpha (or the metrics files that measure alpha). Every key still missing is
+named in one error, with example lines. Metadata that contradicts
 the report or itself is an error: ``k`` for a server whose metrics show
 no speculative decoding, a ``k`` other than the number of draft positions the server counted,
 ``alpha`` together with metrics files, token lengths far from what was measured.
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +60,11 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "prefill_tokens": (int, float), "decode_tokens": (int, float),
 }
 KEYS = tuple(_TYPES)
-REQUIRED = ("verifier", "verifier_params_b", "hardware")
+REQUIRED = ("verifier",)
+UNKNOWN_HARDWARE = "unknown"
+# A size in a model name: "Llama-3.1-8B-Instruct", "Qwen3-0.6B", "SmolLM-135M" (not "opt125m",
+# not the 7B of "Mixtral-8x7B", not the active 3B of "Qwen3-30B-A3B": those are not the size).
+_SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)([bm])(?![\w.])", re.IGNORECASE)
 # How a missing key looks in a metadata file (the missing-keys message shows them).
 _EXAMPLES = {"verifier": '"llama-8b"', "verifier_params_b": "8.0", "hardware": '"H100"',
              "method": '"eagle3"', "drafter": '"eagle3-llama-8b"', "alpha": "0.7"}
@@ -126,6 +135,13 @@ def meta_for(report: Path, meta_file: Path | None, overrides: dict) -> Meta:
     return merge(sources)
 
 
+def params_from_name(name: str) -> float:
+    """A model's size in 1e9 parameters as its name states it (``"Llama-3.1-8B"`` -> 8.0,
+    ``"SmolLM-135M"`` -> 0.135), NaN where the name states none or several."""
+    sizes = {float(n) * (1e-3 if unit.lower() == "m" else 1.0) for n, unit in _SIZE.findall(name)}
+    return sizes.pop() if len(sizes) == 1 else math.nan
+
+
 def missing_keys(values: dict) -> list[str]:
     """The keys a report's metadata still needs: :data:`REQUIRED`, and for a run with SD
     (``k > 0``) its method, drafter and alpha (or the metrics files to measure it)."""
@@ -177,8 +193,9 @@ def resolve(meta: Meta, prompt_mean: float, output_mean: float, report: str,
                          f"{Path(report).stem}.toml for this report alone, --meta FILE, or "
                          "options)", report, ", ".join(missing))
     row = {
-        "verifier": v["verifier"], "verifier_params_b": float(v["verifier_params_b"]),
-        "hardware": v["hardware"], "k": k,
+        "verifier": v["verifier"],
+        "verifier_params_b": float(v.get("verifier_params_b", params_from_name(v["verifier"]))),
+        "hardware": v.get("hardware", UNKNOWN_HARDWARE), "k": k,
         "moe_experts_active": v.get("moe_experts_active", 0),
         "moe_experts_total": v.get("moe_experts_total", 0),
         "prefill_tokens": _length(meta, "prefill_tokens", prompt_mean, report),

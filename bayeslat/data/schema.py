@@ -52,7 +52,8 @@ class Column:
 
 COLUMNS: tuple[Column, ...] = (
     Column("verifier", "str", "", "verifier (target) model name"),
-    Column("verifier_params_b", "float", "1e9 params", "verifier parameter count (total for MoE)"),
+    Column("verifier_params_b", "float", "1e9 params",
+           "verifier parameter count (total for MoE); NaN: unknown (one verifier only)"),
     Column("drafter", "str", "", "drafter model name, 'none' without SD"),
     Column("drafter_params_b", "float", "1e9 params", "drafter parameter count, 0 without SD"),
     Column("method", "str", "", "SD method: none, eagle3, draft_model, ngram, mtp, ..."),

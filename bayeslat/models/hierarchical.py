@@ -31,7 +31,8 @@ import pandas as pd
 import xarray as xr
 
 from bayeslat import scaling, theory
-from bayeslat.errors import FitError
+from bayeslat.data import metadata
+from bayeslat.errors import FitError, InputError
 from bayeslat.models import start as st
 from bayeslat.models.base import LatencyModel, unit_index
 
@@ -60,6 +61,13 @@ class HierarchicalModel(LatencyModel):
             raise FitError(f"the {self.variant} model needs SD rows (k > 0) to tell the verify "
                            "and draft costs apart; fit baseline-only data with the dense or "
                            "dense-capacity variant (--model dense; model='dense' in Python)")
+        unknown = rows.loc[rows["verifier_params_b"].isna(), "verifier"].unique()
+        if len(unknown) and rows["verifier"].nunique() > 1:
+            raise InputError(
+                f"unknown (NaN) for {', '.join(sorted(unknown))}: the scaling laws tie "
+                "verifiers of different sizes, so each needs its size; give verifier_params_b "
+                f"in the metadata of its reports ({metadata.DIR_FILE}) or the table's column",
+                field="verifier_params_b")
         self.units = {
             "group": rows.drop_duplicates("group").set_index("group")[list(UNIT_COLUMNS)],
             "draft": rows[rows["k"] > 0].drop_duplicates("draft").set_index("draft")[
