@@ -108,6 +108,27 @@ def stack_draws(obj):
         {SAMPLE: np.arange(stacked.sizes[SAMPLE])})
 
 
+def nanquantile(x: np.ndarray, q: float, axis: int) -> np.ndarray:
+    """``np.nanquantile(x, q, axis)`` (its default, linear method), the same values to the
+    last bit, vectorised: NumPy sorts each slice that holds a NaN in a Python loop, which was
+    half of ``decide``'s time (saturated draws are NaN)."""
+    s = np.sort(np.moveaxis(np.asarray(x, dtype=float), axis, -1), axis=-1)  # NaN sort last
+    n = np.sum(~np.isnan(s), axis=-1)
+    virtual = (n - 1) * q  # NumPy's virtual index of its linear method
+    below = np.floor(virtual)
+    last = virtual >= n - 1  # NumPy takes the last valid value (index -1) there
+    below = np.where(last, -1.0, below)
+    lo = np.where(last, n - 1, below).clip(0).astype(np.intp)[..., None]
+    hi = np.where(last, n - 1, below + 1).clip(0).astype(np.intp)[..., None]
+    a = np.take_along_axis(s, lo, axis=-1)[..., 0]
+    b = np.take_along_axis(s, hi, axis=-1)[..., 0]
+    gamma = virtual - below
+    diff = b - a
+    with np.errstate(invalid="ignore"):
+        out = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return np.where(n > 0, out, np.nan)
+
+
 def summarize(da: xr.DataArray, quantiles=QUANTILES) -> xr.Dataset:
     """Posterior mean and quantiles over ``sample``, NaN draws ignored.
 
@@ -117,9 +138,10 @@ def summarize(da: xr.DataArray, quantiles=QUANTILES) -> xr.Dataset:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: no valid draw there
         out = {"mean": da.mean(SAMPLE, skipna=True)}
-        qs = da.quantile(list(quantiles), dim=SAMPLE, skipna=True)
+    template = da.isel({SAMPLE: 0}, drop=True).drop_attrs()
+    axis = da.get_axis_num(SAMPLE)
     for q in quantiles:
-        out[f"q{round(q * 100):02d}"] = qs.sel(quantile=q, drop=True)
+        out[f"q{round(q * 100):02d}"] = template.copy(data=nanquantile(da.values, q, axis))
     return xr.Dataset(out)
 
 

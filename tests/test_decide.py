@@ -21,6 +21,23 @@ def point_mass(n=50):
     return c1, c2
 
 
+def test_nanquantile_is_numpys_to_the_last_bit():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        shape = tuple(rng.integers(1, 5, size=rng.integers(1, 4))) + (int(rng.integers(1, 30)),)
+        x = rng.standard_normal(shape)
+        x[rng.random(shape) < rng.random()] = np.nan  # saturated draws, some slices all NaN
+        x[rng.random(shape) < 0.05] = np.inf
+        x[rng.random(shape) < 0.02] = -np.inf
+        axis = int(rng.integers(0, x.ndim))
+        x = np.moveaxis(x, -1, axis)
+        for q in (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0):
+            with np.errstate(all="ignore"), pytest.warns() if np.isnan(x).all(
+                    axis=axis).any() else np.errstate():
+                want = np.nanquantile(x, q, axis=axis)
+            np.testing.assert_array_equal(decide.nanquantile(x, q, axis), want)
+
+
 def test_point_mass_equals_theory():
     c1, c2 = point_mass()
     out = decide.analyse(c1, c2, RPS)

@@ -95,6 +95,23 @@ def test_figure_is_an_embedded_png_with_its_caption():
     assert "a &lt;caption&gt;" in out and "<caption>" not in out
 
 
+def test_a_laid_out_figure_is_drawn_once(monkeypatch):
+    """tight_layout() leaves a placeholder layout engine that would make savefig draw the
+    whole figure twice; page.figure draws it once."""
+    from matplotlib import pyplot as plt
+    from matplotlib.figure import Figure
+
+    fig, ax = plt.subplots(figsize=(2, 1))
+    ax.plot([0, 1], [0, 1])
+    fig.tight_layout()
+    draws = []
+    original = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: (draws.append(1),
+                                                                 original(self, renderer)))
+    page.figure(fig, "once")
+    assert len(draws) == 1
+
+
 def test_figures_come_back_out_of_a_page_as_named_pngs(tmp_path):
     from matplotlib import pyplot as plt
 
@@ -175,6 +192,31 @@ def test_thinning_keeps_the_same_random_draws_in_every_chain(tiny_fit):
                                   whole.posterior["sigma"].sel(draw=kept).values)
     assert thin.idata.groups() == ["posterior"] and "sample_stats" in whole.idata.groups()
     assert whole.thinned(400, np.random.default_rng(1)) is whole  # nothing to thin
+
+
+def test_least_converged_parameters_are_arviz_figures_for_each_value():
+    import arviz as az
+
+    from bayeslat.report import diagnostics
+
+    rng = np.random.default_rng(3)
+    walk = np.cumsum(rng.standard_normal((2, 200, 4)), axis=1)  # badly mixed
+    idata = az.from_dict(posterior={"mu": rng.standard_normal((2, 200)),
+                                    "theta": rng.standard_normal((2, 200, 3)) + walk[..., :3] *
+                                    np.array([0.0, 0.05, 0.5]),
+                                    "tau": walk[..., 3]},
+                         coords={"group": ["g a", "g b", "g c"]}, dims={"theta": ["group"]})
+    table = diagnostics.worst(idata)
+    assert list(table.columns) == ["parameter", "r_hat", "ess_bulk", "ess_tail"]
+    assert set(table["parameter"][:2]) == {"tau", "theta[g c]"}  # the walks first
+    assert set(table["parameter"]) == {"mu", "tau", "theta[g a]", "theta[g b]", "theta[g c]"}
+    assert (np.diff(table["r_hat"]) <= 0).all()
+    reference = az.summary(idata, kind="diagnostics", round_to="none")
+    for row in table.itertuples():
+        want = reference.loc[row.parameter]
+        assert row.r_hat == pytest.approx(want["r_hat"], rel=1e-9)
+        assert row.ess_bulk == pytest.approx(want["ess_bulk"], rel=1e-9)
+        assert row.ess_tail == pytest.approx(want["ess_tail"], rel=1e-9)
 
 
 def test_report_refuses_to_overwrite_before_doing_any_work(tmp_path):

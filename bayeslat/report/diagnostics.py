@@ -68,13 +68,24 @@ def convergence(models: dict) -> pd.DataFrame:
 
 
 def worst(idata) -> pd.DataFrame:
-    import arviz as az
+    """The :data:`WORST` parameters (one value of a variable each) by R-hat, then bulk ESS
+    (:mod:`bayeslat.mcmc`: ArviZ's estimators, every value at once)."""
+    from bayeslat import mcmc
 
+    post = idata.posterior
+    names = [f"{name}[{', '.join(map(str, index))}]" if index else name
+             for name, var in post.data_vars.items()
+             for index in np.ndindex(*[var.sizes[d] for d in var.dims[2:]])
+             for index in [tuple(var[d].values[i] for d, i in zip(var.dims[2:], index,
+                                                                   strict=True))]]
+    values = mcmc.stack(post)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # single-chain fits: R-hat undefined
-        summary = az.summary(idata, kind="diagnostics")
+        summary = pd.DataFrame({"parameter": names, "r_hat": mcmc.rhat(values),
+                                "ess_bulk": mcmc.ess_bulk(values),
+                                "ess_tail": mcmc.ess_tail(values)})
     summary = summary.sort_values(["r_hat", "ess_bulk"], ascending=[False, True])
-    return summary.head(WORST).rename_axis("parameter").reset_index()
+    return summary.head(WORST).reset_index(drop=True)
 
 
 def energy_figure(idata):

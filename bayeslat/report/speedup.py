@@ -1,4 +1,4 @@
-"""Section: speedup against load with bands per k, the RPS* distribution, P(SD hurts)."""
+"""Section: speedup against load with bands per k, and the RPS* distribution."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from bayeslat.report import page
 
 
 def section(inputs) -> page.Section:
-    out = page.Section("speedup", "Speedup against load, break-even RPS* and P(SD hurts)")
+    out = page.Section("speedup", "Speedup against load and the break-even RPS*")
     out.add(page.text(
         "Speedup = latency without SD / latency with SD, at the measured acceptance rates. "
         "Bands: 50% (darker) and 90% posterior intervals per draft length k. The boxes at the "
         "bottom of each panel are the posterior of the break-even load RPS* for each k (box: "
         "50%, whiskers: 90%, tick: median), drawn only when the break-even exists in at "
-        "least 5% of draws; P in the legend is the probability that it exists. The lower "
-        "panels give P(SD hurts) = P(speedup < 1) at each load. Hatched: the baseline "
+        "least 5% of draws; P in the legend is the probability that it exists. P(SD hurts) = "
+        "P(speedup < 1) at your loads is in the answer at the top of the page, and at every "
+        "load in the decisions' JSON (bayeslat decide). Hatched: the baseline "
         "saturates in more than half the draws, so speedup is undefined there. The load axis "
         "ends a little past the setup's measured ceiling (the throughput benchmark of its "
         "baseline; dashed line), or past its highest measured load where none was measured; "
@@ -31,7 +32,7 @@ def section(inputs) -> page.Section:
     for setup, ds in inputs.decisions.items():
         out.add(page.figure(setup_figure(setup, ds, inputs.shown_alphas[setup],
                                          inputs.load_limits.get(setup)),
-                            f"Speedup and P(SD hurts) against load, {setup}.",
+                            f"Speedup against load, {setup}.",
                             f"speedup {setup}"))
     out.add("<h3>Break-even per draft length (measured acceptance rates)</h3>",
             page.text("C1R, C2R: posterior medians. Alert line: a load SD starts to hurt "
@@ -43,23 +44,24 @@ def section(inputs) -> page.Section:
 
 def setup_figure(setup: str, ds, alphas: list[float],
                  limits: tuple[float, float | None] | None = None):
-    """Speedup and P(SD hurts) against load at each of ``alphas``; ``limits`` (highest
-    measured load, measured ceiling or None, req/s) mark the load axis."""
-    n = len(alphas)
-    fig, axes = plt.subplots(2, n, figsize=(4.3 * n, 5.6), squeeze=False, sharex=True,
-                             gridspec_kw={"height_ratios": [2.2, 1]})
+    """Speedup against load at each of ``alphas``; ``limits`` (highest measured load,
+    measured ceiling or None, req/s) mark the load axis."""
+    n, width, height = len(alphas), 4.3 * len(alphas), 3.9
+    # fixed margins (inches) around panels whose labels never change length: tight_layout
+    # would measure every text for the same result, a fifth of the figure's time
+    fig, axes = plt.subplots(1, n, figsize=(width, height), squeeze=False, gridspec_kw={
+        "left": 0.62 / width, "right": 1 - 0.12 / width, "bottom": 0.5 / height,
+        "top": 1 - 0.62 / height, "wspace": 0.7 / 3.6})
     rps = ds["rps"].values
-    for j, a in enumerate(alphas):
-        _speedup_panel(axes[0, j], ds.sel(alpha=a))
-        _hurts_panel(axes[1, j], ds.sel(alpha=a))
-        axes[0, j].set_title(f"alpha = {a:g}", fontsize=9)
-        for row in (0, 1):
-            axes[row, j].set_xlim(rps.min(), rps.max())
-            if limits is not None:
-                page.mark_loads(axes[row, j], *limits, label=row == 0)
+    for ax, a in zip(axes[0], alphas, strict=True):
+        _speedup_panel(ax, ds.sel(alpha=a))
+        ax.set_title(f"alpha = {a:g}", fontsize=9)
+        ax.set_xlim(rps.min(), rps.max())
+        ax.set_xlabel("load rps (req/s)", fontsize=8)
+        if limits is not None:
+            page.mark_loads(ax, *limits)
     axes[0, 0].legend(fontsize=7, loc="upper right")
-    fig.suptitle(setup, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(setup, fontsize=10, y=1 - 0.12 / height)
     return fig
 
 
@@ -71,13 +73,13 @@ def _speedup_panel(ax, ds):
     rps = ds["rps"].values
     spd = ds["speedup"]
     for k in _sd_ks(ds):
-        st, one = page.k_style(k), spd.sel(k=k)
-        ax.fill_between(rps, one.sel(stat="q05"), one.sel(stat="q95"), color=st["color"],
-                        alpha=0.10, lw=0)
-        ax.fill_between(rps, one.sel(stat="q25"), one.sel(stat="q75"), color=st["color"],
-                        alpha=0.18, lw=0)
+        # plain arrays: matplotlib deep-copies what it is given when it builds the legend
+        st = page.k_style(k)
+        one = {s: spd.sel(k=k, stat=s).values for s in ("q05", "q25", "q50", "q75", "q95")}
+        ax.fill_between(rps, one["q05"], one["q95"], color=st["color"], alpha=0.10, lw=0)
+        ax.fill_between(rps, one["q25"], one["q75"], color=st["color"], alpha=0.18, lw=0)
         p = float(ds["p_break_even"].sel(k=k))
-        ax.plot(rps, one.sel(stat="q50"), color=st["color"], ls=st["linestyle"],
+        ax.plot(rps, one["q50"], color=st["color"], ls=st["linestyle"],
                 marker=st["marker"], markevery=5, ms=4, mfc="white", lw=1.2,
                 label=f"k={k} (P(RPS* exists)={p:.2f})")
     ax.axhline(1.0, color="k", lw=0.8)
@@ -124,19 +126,6 @@ def _saturated(ax, ds):
         rps = ds["rps"].values
         ax.axvspan(rps[bad].min(), rps.max(), facecolor="none", edgecolor="0.6", hatch="\\\\",
                    lw=0)
-
-
-def _hurts_panel(ax, ds):
-    rps = ds["rps"].values
-    for k in _sd_ks(ds):
-        st = page.k_style(k)
-        ax.plot(rps, ds["p_sd_hurts"].sel(k=k), color=st["color"], ls=st["linestyle"],
-                marker=st["marker"], markevery=5, ms=4, mfc="white", lw=1.1)
-    _saturated(ax, ds)
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("load rps (req/s)", fontsize=8)
-    ax.set_ylabel("P(SD hurts)", fontsize=8)
-    ax.tick_params(labelsize=7)
 
 
 def break_even(inputs) -> pd.DataFrame:
