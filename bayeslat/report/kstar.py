@@ -50,7 +50,7 @@ def map_figure(decisions: dict, limits: dict | None = None):
     cmap = colors.ListedColormap([page.k_style(k)["color"] for k in ks])
     norm = colors.BoundaryNorm(np.arange(len(ks) + 1) - 0.5, len(ks))
     fig, axes = page.subplots(len(decisions), PANEL_COLUMNS, width=4.0, height=3.2,
-                              layout="constrained")
+                              margins=(0.55, 0.15, 0.45, 0.4), aside=1.0)
     mesh = None
     for ax, (setup, ds) in zip(axes, decisions.items(), strict=True):
         p = ds["p_best_k"].transpose("alpha", "rps", "k")
@@ -62,9 +62,9 @@ def map_figure(decisions: dict, limits: dict | None = None):
         mesh = ax.pcolormesh(rps, alpha, index, cmap=cmap, norm=norm, shading="nearest")
         top = np.where(total >= 0.5, p.values.max(axis=-1), np.nan)
         if np.isfinite(top).sum() > 3 and len(alpha) > 1:
-            cs = ax.contour(rps, alpha, top, levels=[0.5, 0.8, 0.95], colors="k",
-                            linewidths=[0.6, 0.9, 1.3], linestyles=["dotted", "dashed", "solid"])
-            ax.clabel(cs, fontsize=6, fmt="%.2f")
+            # the key tells the levels apart by line style: labels on the lines overlapped
+            ax.contour(rps, alpha, top, levels=[0.5, 0.8, 0.95], colors="k",
+                       linewidths=[0.6, 0.9, 1.3], linestyles=["dotted", "dashed", "solid"])
         if (total < 0.5).any():
             ax.contourf(rps, alpha, (total < 0.5).astype(float), levels=[0.5, 1.5],
                         colors="none", hatches=["////"])
@@ -82,7 +82,9 @@ def map_figure(decisions: dict, limits: dict | None = None):
                        ("extrapolation", {"facecolor": "white", "alpha": 0.6,
                                           "edgecolor": "0.5"})],
              fontsize=6, loc="upper right")
-    bar = fig.colorbar(mesh, ax=list(axes), ticks=range(len(ks)), shrink=0.6)
+    width, height = fig.get_size_inches()
+    cax = fig.add_axes((1 - 0.8 / width, 0.3, 0.15 / width, 0.4))
+    bar = fig.colorbar(mesh, cax=cax, ticks=range(len(ks)))
     bar.ax.set_yticklabels([str(k) for k in ks])
     bar.set_label("most probable k* (tokens)")
     return fig
@@ -90,7 +92,8 @@ def map_figure(decisions: dict, limits: dict | None = None):
 
 def probability_figure(inputs):
     """P(k* = k) against load, one line per k, at each setup's middle measured alpha."""
-    fig, axes = page.subplots(len(inputs.decisions), 4, width=3.3, height=2.6)
+    fig, axes = page.subplots(len(inputs.decisions), 4, width=3.3, height=2.6,
+                              margins=(0.55, 0.1, 0.45, 0.4))
     for ax, (setup, ds) in zip(axes, inputs.decisions.items(), strict=True):
         alpha = inputs.middle_alpha(setup)
         p = ds["p_best_k"].sel(alpha=alpha)
@@ -107,7 +110,6 @@ def probability_figure(inputs):
         ax.set_ylabel("P(k* = k)", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 
