@@ -51,14 +51,17 @@ def test_negative_coefficient_rejected():
 
 def test_bad_option_values_are_refused_before_pandas_or_the_models_are_imported(tmp_path):
     """What makes a refusal take seconds is importing the stack: pandas, xarray, PyMC. A bad
-    --alpha, --rps or --model is refused, exit 2, with none of them imported."""
+    --alpha, --rps, --model, --k or --prefill is refused, exit 2, with none of them imported."""
     script = f"""
 import sys
 from typer.testing import CliRunner
 from bayeslat.cli import app
 fit = {str(tmp_path / "fit.nc")!r}
 for args in (["decide", fit, "--alpha", "1.5"], ["report", fit, "--rps", "-1"],
-             ["theory", "--rps", "x"], ["fit", "--model", "foo"]):
+             ["theory", "--rps", "x"], ["fit", "--model", "foo"],
+             ["ingest", fit, "-o", fit + ".parquet", "--k", "-1"],
+             ["ingest", fit, "-o", fit + ".parquet", "--alpha", "2"],
+             ["ingest", fit, "-o", fit + ".parquet", "--prefill", "0"]):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and args[-2] in result.output, (args, result.output)
 heavy = [m for m in ("pandas", "xarray", "pymc", "bayeslat.fitting") if m in sys.modules]

@@ -49,14 +49,18 @@ def _root(
 
 
 def flags(fn) -> dict[str, str]:
-    """Each option of a verb's function by its parameter name, as its flag
-    (``verifier_params`` → ``--verifier-params``)."""
+    """Each option of a verb's function by its parameter name, as its flag: the first long
+    name it declares, else typer's own (``verifier_params`` → ``--verifier-params``)."""
+    from typer.models import OptionInfo
+
     out = {}
-    for name, param in inspect.signature(fn).parameters.items():
-        decls = [d for d in getattr(param.default, "param_decls", None) or () if
-                 d.startswith("--")]
-        if decls:
-            out[name] = decls[0]
+    for name, param in inspect.signature(fn, eval_str=True).parameters.items():
+        infos = [param.default, *getattr(param.annotation, "__metadata__", ())]
+        info = next((i for i in infos if isinstance(i, OptionInfo)), None)
+        if info is None:
+            continue
+        decls = [d for d in info.param_decls or () if d.startswith("--")]
+        out[name] = decls[0] if decls else "--" + name.replace("_", "-")
     return out
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from bayeslat import checks
 from bayeslat.cli.options import make_console
 from bayeslat.data.metadata import DIR_FILE, UNKNOWN_HARDWARE
 from bayeslat.errors import InputError
@@ -60,6 +61,14 @@ def command(
     A tidy table from any tool (Parquet, or a CSV whose header has the schema's required
     columns) is read as it is, its flags included, and validated; metadata is not applied to it.
     """
+    # the values an option can get wrong, refused before pandas is imported
+    if k is not None:
+        checks.draft_lengths(k, "k")
+    if alpha is not None:
+        checks.alphas(alpha, "alpha")
+    for value, name in ((prefill_tokens, "prefill_tokens"), (decode_tokens, "decode_tokens")):
+        if value is not None:
+            checks.positive(value, name)
     from bayeslat.data import schema
     from bayeslat.data.ingest import ingest, is_table
 
