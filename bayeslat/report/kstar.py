@@ -50,7 +50,7 @@ def map_figure(decisions: dict, limits: dict | None = None):
     cmap = colors.ListedColormap([page.k_style(k)["color"] for k in ks])
     norm = colors.BoundaryNorm(np.arange(len(ks) + 1) - 0.5, len(ks))
     fig, axes = page.subplots(len(decisions), PANEL_COLUMNS, width=4.0, height=3.2,
-                              margins=(0.55, 0.15, 0.45, 0.4), aside=1.0)
+                              margins=page.GRID_MARGINS, aside=1.0)
     mesh = None
     for ax, (setup, ds) in zip(axes, decisions.items(), strict=True):
         p = ds["p_best_k"].transpose("alpha", "rps", "k")
@@ -93,7 +93,7 @@ def map_figure(decisions: dict, limits: dict | None = None):
 def probability_figure(inputs):
     """P(k* = k) against load, one line per k, at each setup's middle measured alpha."""
     fig, axes = page.subplots(len(inputs.decisions), 4, width=3.3, height=2.6,
-                              margins=(0.55, 0.1, 0.45, 0.4))
+                              margins=page.GRID_MARGINS)
     for ax, (setup, ds) in zip(axes, inputs.decisions.items(), strict=True):
         alpha = inputs.middle_alpha(setup)
         p = ds["p_best_k"].sel(alpha=alpha)

@@ -46,7 +46,8 @@ def latency_figure(inputs):
     :func:`chosen_k`, with the load axis marked (:meth:`inputs.Inputs.mark_loads`)."""
     table = inputs.model.table
     measured = {row["setup"]: setup_rows(table, row) for _, row in decide.setups(table).iterrows()}
-    fig, axes = page.subplots(len(inputs.decisions), PANEL_COLUMNS, width=3.4, height=2.8)
+    fig, axes = page.subplots(len(inputs.decisions), PANEL_COLUMNS, width=3.4, height=2.8,
+                              margins=page.GRID_MARGINS)
     for ax, (setup, ds) in zip(axes, inputs.decisions.items(), strict=True):
         alpha = inputs.middle_alpha(setup)
         rows = measured[setup]
@@ -72,6 +73,5 @@ def latency_figure(inputs):
         ax.set_ylabel("mean latency (s)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=6.5, loc="upper left")
-    fig.tight_layout()
     return fig
 

@@ -224,6 +224,11 @@ def mark_loads(ax, measured: float, ceiling: float | None, label: bool = True,
                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
 
 
+# Margins (inches: left, right, bottom, top) of a panel in a grid whose panels have tick
+# labels of a few characters, axis labels at font size 8 and a title of two lines at 7.
+GRID_MARGINS = (0.6, 0.15, 0.45, 0.42)
+
+
 def subplots(n: int, ncols: int, width: float = 3.6, height: float = 2.8,
              margins: tuple[float, float, float, float] | None = None, aside: float = 0.0,
              **kwargs):

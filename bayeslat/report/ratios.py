@@ -27,7 +27,8 @@ def section(inputs) -> page.Section:
 
 
 def ratio_figure(decisions: dict, name: str):
-    fig, axes = page.subplots(len(decisions), PANEL_COLUMNS, width=3.4, height=2.7)
+    fig, axes = page.subplots(len(decisions), PANEL_COLUMNS, width=3.4, height=2.7,
+                              margins=page.GRID_MARGINS)
     for ax, (setup, ds) in zip(axes, decisions.items(), strict=True):
         da = ds[name]
         alpha = da["alpha"].values
@@ -48,5 +49,4 @@ def ratio_figure(decisions: dict, name: str):
         ax.set_ylabel(f"{name.upper()} (ratio)", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
     return fig
