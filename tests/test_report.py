@@ -206,7 +206,7 @@ def test_least_converged_parameters_are_arviz_figures_for_each_value():
                                     np.array([0.0, 0.05, 0.5]),
                                     "tau": walk[..., 3]},
                          coords={"group": ["g a", "g b", "g c"]}, dims={"theta": ["group"]})
-    table = diagnostics.worst(idata)
+    table = diagnostics.worst(idata.posterior)
     assert list(table.columns) == ["parameter", "r_hat", "ess_bulk", "ess_tail"]
     assert set(table["parameter"][:2]) == {"tau", "theta[g c]"}  # the walks first
     assert set(table["parameter"]) == {"mu", "tau", "theta[g a]", "theta[g b]", "theta[g c]"}

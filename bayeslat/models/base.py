@@ -298,6 +298,16 @@ class LatencyModel:
             raise FitError("the model is not fitted; call fit() or bayeslat.load() first")
         return self._idata.posterior
 
+    def group(self, name: str) -> xr.Dataset | None:
+        """One group of the fit (``sample_stats``, ``psis_loo``, ...) or None where the fit has
+        none, without building :attr:`idata` (a fit read from a file reads that group alone)."""
+        if self._stored is None:
+            return getattr(self.idata, name, None) if self.fitted else None
+        path, groups = self._stored
+        if name not in groups and path:
+            groups.update(_read_groups(path, only=(name,)))
+        return groups.get(name)
+
     def thinned(self, max_draws: int, rng: np.random.Generator) -> LatencyModel:
         """A shallow copy whose posterior keeps at most ``max_draws`` draws in all, the same
         draw indices (chosen by ``rng``) in every chain; ``self`` where there are no more. The

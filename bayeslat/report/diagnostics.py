@@ -8,9 +8,10 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from bayeslat import fitting
 from bayeslat.errors import FitError
 from bayeslat.models import sampling
-from bayeslat.models.base import PARETO_K, psis_loo
+from bayeslat.models.base import LOO_GROUP, PARETO_K, psis_loo
 from bayeslat.report import page
 
 # Parameters listed in the table of the least converged ones.
@@ -30,10 +31,10 @@ def section(inputs) -> page.Section:
         out.add(page.text("Not converged: " + "; ".join(failing["model"]) + ". Refit with more "
                           "--tune and --draws before acting on these results.", "warn"))
     out.add(f"<h3>The {WORST} least converged parameters of {inputs.name}</h3>",
-            page.table(worst(inputs.model.idata), floatfmt="{:.4g}"))
-    stats = getattr(inputs.model.idata, "sample_stats", None)
+            page.table(worst(inputs.model.posterior), floatfmt="{:.4g}"))
+    stats = inputs.model.group("sample_stats")
     if stats is not None and "energy" in stats:
-        out.add(page.figure(energy_figure(inputs.model.idata),
+        out.add(page.figure(energy_figure(stats),
                             "Energy: the marginal energy distribution and its transitions. "
                             "Very different widths (E-BFMI < 0.3) mean the sampler explores "
                             "the tails poorly.", "energy plot"))
@@ -55,24 +56,23 @@ def section(inputs) -> page.Section:
 def convergence(models: dict) -> pd.DataFrame:
     rows = []
     for name, model in models.items():
-        diag = sampling.diagnostics(model.idata)
-        sampler = json.loads(model.idata.posterior.attrs.get("sampler", "{}"))
+        diag = fitting.convergence(model)
+        post = model.posterior
+        sampler = json.loads(post.attrs.get("sampler", "{}"))
         rows.append({"model": name, "variant": model.variant,
                      "sampler": sampler.get("sampler", "?"),
-                     "chains × draws": f"{model.idata.posterior.sizes['chain']} × "
-                                       f"{model.idata.posterior.sizes['draw']}",
+                     "chains × draws": f"{post.sizes['chain']} × {post.sizes['draw']}",
                      "max R-hat": diag.max_rhat, "min bulk ESS": diag.min_ess_bulk,
                      "min tail ESS": diag.min_ess_tail, "divergences": diag.divergences,
                      "converged": "yes" if diag.converged else "no"})
     return pd.DataFrame(rows)
 
 
-def worst(idata) -> pd.DataFrame:
-    """The :data:`WORST` parameters (one value of a variable each) by R-hat, then bulk ESS
-    (:mod:`bayeslat.mcmc`: ArviZ's estimators, every value at once)."""
+def worst(post) -> pd.DataFrame:
+    """The :data:`WORST` parameters of the posterior ``post`` (one value of a variable each) by
+    R-hat, then bulk ESS (:mod:`bayeslat.mcmc`: ArviZ's estimators, every value at once)."""
     from bayeslat import mcmc
 
-    post = idata.posterior
     names = [f"{name}[{', '.join(map(str, index))}]" if index else name
              for name, var in post.data_vars.items()
              for index in np.ndindex(*[var.sizes[d] for d in var.dims[2:]])
@@ -88,27 +88,47 @@ def worst(idata) -> pd.DataFrame:
     return summary.head(WORST).reset_index(drop=True)
 
 
-def energy_figure(idata):
-    import arviz as az
+def energy_figure(stats):
+    """The sampler's energy (``stats``: a fit's ``sample_stats``): its marginal distribution
+    and that of its changes between draws, centred, with each chain's E-BFMI (their variance
+    ratio; below 0.3 the momentum resampling cannot move the sampler through the energy
+    levels the posterior needs)."""
     from matplotlib import pyplot as plt
 
+    energy = stats["energy"].transpose("chain", "draw").values
+    change = np.diff(energy, axis=1)
+    bfmi = np.mean(change**2, axis=1) / np.var(energy, axis=1)
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
-    az.plot_energy(idata, ax=ax, fill_color=("0.75", "0.35"))
+    for values, label, color in (
+            (energy - energy.mean(), "marginal energy", "0.75"),
+            (change - change.mean(), "energy transition (E-BFMI "
+                                     f"{', '.join(f'{b:.2f}' for b in bfmi)})", "0.35")):
+        ax.hist(values.ravel(), bins=50, density=True, histtype="stepfilled", alpha=0.6,
+                color=color, label=label)
     ax.set_xlabel("energy (centred, nats)")
+    ax.set_ylabel("density")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
     return fig
 
 
 def loo_table(models: dict) -> pd.DataFrame:
     rows = []
     for name, model in models.items():
-        try:
-            loo = psis_loo(model.idata)
-        except (TypeError, ValueError, KeyError, FitError) as exc:
-            rows.append({"model": name, "elpd_loo": np.nan, "se": np.nan, "p_loo": np.nan,
-                         f"points with k > {PARETO_K:g}": f"not available ({exc})"})
-            continue
-        rows.append({"model": name, "elpd_loo": loo.elpd_loo, "se": loo.se, "p_loo": loo.p_loo,
-                     f"points with k > {PARETO_K:g}": str(int((loo.pareto_k > PARETO_K).sum()))})
+        stored = model.group(LOO_GROUP)
+        if stored is not None:  # what save() kept: read without ArviZ
+            a = stored.attrs
+            elpd, se, p, k = a["elpd_loo"], a["se"], a["p_loo"], stored["pareto_k"].values
+        else:
+            try:
+                loo = psis_loo(model.idata)
+            except (TypeError, ValueError, KeyError, FitError) as exc:
+                rows.append({"model": name, "elpd_loo": np.nan, "se": np.nan, "p_loo": np.nan,
+                             f"points with k > {PARETO_K:g}": f"not available ({exc})"})
+                continue
+            elpd, se, p, k = loo.elpd_loo, loo.se, loo.p_loo, loo.pareto_k.values
+        rows.append({"model": name, "elpd_loo": float(elpd), "se": float(se), "p_loo": float(p),
+                     f"points with k > {PARETO_K:g}": str(int((k > PARETO_K).sum()))})
     return pd.DataFrame(rows)
 
 
