@@ -73,11 +73,12 @@ def worst(post) -> pd.DataFrame:
     R-hat, then bulk ESS (:mod:`bayeslat.mcmc`: ArviZ's estimators, every value at once)."""
     from bayeslat import mcmc
 
-    names = [f"{name}[{', '.join(map(str, index))}]" if index else name
-             for name, var in post.data_vars.items()
-             for index in np.ndindex(*[var.sizes[d] for d in var.dims[2:]])
-             for index in [tuple(var[d].values[i] for d, i in zip(var.dims[2:], index,
-                                                                   strict=True))]]
+    names = []  # in mcmc.stack's order: each variable's values, its own dims in C order
+    for name, var in post.data_vars.items():
+        dims = [d for d in var.dims if d not in ("chain", "draw")]
+        for index in np.ndindex(*[var.sizes[d] for d in dims]):
+            coords = [str(var[d].values[i]) for d, i in zip(dims, index, strict=True)]
+            names.append(f"{name}[{', '.join(coords)}]" if dims else name)
     values = mcmc.stack(post)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # single-chain fits: R-hat undefined
