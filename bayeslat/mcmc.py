@@ -22,7 +22,7 @@ smaller of the ESS of the indicators ``x ≤ q05`` and ``x ≤ q95``.
 from __future__ import annotations
 
 import numpy as np
-from scipy import fft, special, stats
+from scipy import fft, special
 
 
 def _split(x: np.ndarray) -> np.ndarray:
@@ -31,10 +31,29 @@ def _split(x: np.ndarray) -> np.ndarray:
     return np.concatenate([x[:, :half], x[:, x.shape[1] - half:]], axis=0)
 
 
+def average_ranks(a: np.ndarray) -> np.ndarray:
+    """Ranks 1 … N down each column of ``a`` (``(N, K)``), ties sharing their average rank,
+    NaN for a column holding a NaN: ``scipy.stats.rankdata(a, "average", axis=0)`` without
+    importing ``scipy.stats`` (1.5–2.5 s, more than a report's diagnostics take)."""
+    order = np.argsort(a, axis=0, kind="stable")
+    s = np.take_along_axis(a, order, axis=0)
+    pos = np.arange(len(a))[:, None]
+    first = np.ones(s.shape, dtype=bool)  # the first of each run of equal values
+    first[1:] = s[1:] != s[:-1]
+    last = np.ones(s.shape, dtype=bool)
+    last[:-1] = first[1:]
+    start = np.maximum.accumulate(np.where(first, pos, 0), axis=0)
+    end = np.minimum.accumulate(np.where(last, pos, len(a))[::-1], axis=0)[::-1]
+    ranks = np.empty(a.shape)
+    np.put_along_axis(ranks, order, (start + end) / 2 + 1, axis=0)
+    ranks[:, np.isnan(a).any(axis=0)] = np.nan
+    return ranks
+
+
 def _z_scale(x: np.ndarray) -> np.ndarray:
     """Rank-normalised values, per variable (ties share their average rank)."""
     flat = x.reshape(-1, x.shape[2])
-    rank = stats.rankdata(flat, method="average", axis=0)
+    rank = average_ranks(flat)
     return special.ndtri((rank - 0.375) / (len(flat) + 0.25)).reshape(x.shape)
 
 

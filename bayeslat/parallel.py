@@ -4,10 +4,12 @@ predictions) that would cost more to pickle than to share."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 _SHARED: Any = None  # a worker's shared inputs (set before the fork, read by _call)
@@ -27,15 +29,50 @@ def fork_map(fn: Callable[[Any, Any], Any], items: Sequence, shared: Any = None,
     pickled. Where the platform cannot fork, or with one job, the calls run here, one at a
     time. A worker's exception is raised here.
     """
-    global _SHARED
     n = jobs_for(jobs, len(items))
-    if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if n < 2 or not _can_fork():
         return [fn(item, shared) for item in items]
-    _SHARED = (fn, shared)
+    with _forked(n, (fn, shared)) as pool:
+        return list(pool.map(_call, items))
+
+
+def beside(there: Callable[[], Any], here: Callable[[], Any],
+           jobs: int | None = None) -> tuple[Any, Any]:
+    """``(there(), here())``, run at the same time: ``there`` in a process forked from this
+    one (its result pickled back; it may fork processes of its own), ``here`` in this one.
+
+    With one job (:func:`jobs_for`), or where the platform cannot fork, one after the other.
+    An exception of ``there`` is raised here.
+    """
+    if jobs_for(jobs, 2) < 2 or not _can_fork():
+        return there(), here()
+    with _forked(1, (lambda _item, _shared: there(), None)) as pool:
+        future = pool.submit(_call, None)  # forks now
+        mine = here()
+        return future.result(), mine
+
+
+def _can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+@contextmanager
+def _forked(n: int, shared: tuple) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``n`` processes, forked from this one when work is first given to them,
+    which inherit ``shared`` (``(fn, shared input)`` for :func:`_call`).
+
+    What is alive when they fork is frozen out of the garbage collector (:func:`gc.freeze`):
+    a worker's collections would walk the whole inherited heap (the fitted model, its
+    predictions) and copy every page they touch.
+    """
+    global _SHARED
+    _SHARED = shared
+    gc.freeze()
     try:
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(_call, items))
+            yield pool
     finally:
+        gc.unfreeze()
         _SHARED = None
 
 

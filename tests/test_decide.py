@@ -1,5 +1,7 @@
 """Decisions from posterior draws."""
 
+import warnings
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -36,6 +38,11 @@ def test_nanquantile_is_numpys_to_the_last_bit():
                     axis=axis).any() else np.errstate():
                 want = np.nanquantile(x, q, axis=axis)
             np.testing.assert_array_equal(decide.nanquantile(x, q, axis), want)
+        qs = [0.05, 0.5, 0.95]
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want = np.nanquantile(x, qs, axis=axis)
+        np.testing.assert_array_equal(decide.nanquantile(x, qs, axis), want)
 
 
 def test_point_mass_equals_theory():
@@ -93,8 +100,11 @@ def test_stack_draws_and_summary_dims():
     stacked = decide.stack_draws(da)
     assert stacked.dims == ("k", "sample") and stacked.sizes["sample"] == 60
     summary = decide.summarize(stacked)
-    assert set(summary.data_vars) == {"mean", "q05", "q25", "q50", "q75", "q95"}
-    assert (summary["q05"] <= summary["q50"]).all() and (summary["q50"] <= summary["q95"]).all()
+    assert summary.dims == ("stat", "k")
+    assert list(summary["stat"].values) == ["mean", "q05", "q25", "q50", "q75", "q95"]
+    q = {s: summary.sel(stat=s) for s in ("q05", "q50", "q95")}
+    assert (q["q05"] <= q["q50"]).all() and (q["q50"] <= q["q95"]).all()
+    np.testing.assert_allclose(summary.sel(stat="mean"), stacked.mean("sample"))
 
 
 def test_vllm_batch_ranges():

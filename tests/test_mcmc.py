@@ -36,6 +36,20 @@ def test_rhat_and_ess_are_arviz_s(shape, phi):
         np.testing.assert_allclose(mine, ref, rtol=1e-9, equal_nan=True)
 
 
+def test_average_ranks_are_scipys():
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    a = np.round(rng.normal(size=(57, 6)), 1)  # many ties
+    a[:, 0] = 2.0  # one value
+    a[3, 1] = np.nan
+    a[:, 2] = np.inf
+    a[5:9, 2] = -1.0
+    with np.errstate(invalid="ignore"):
+        want = stats.rankdata(a, method="average", axis=0)
+    np.testing.assert_array_equal(mcmc.average_ranks(a), want)
+
+
 def test_too_few_draws_or_chains_give_nan():
     x = ar1((2, 3, 2), 0.5, seed=0)
     assert np.isnan(mcmc.rhat(x)).all() and np.isnan(mcmc.ess_bulk(x)).all()

@@ -89,13 +89,8 @@ def build(fits: Sequence, seed: int = 0,
             unconverged[name] = "; ".join(diag.problems())
     data = inp.Inputs(models, seed=seed, jobs=jobs)
     data.unconverged = unconverged
-    say("checking the fit against its data")
-    data.check_adequacy()
-    say("predicting latency at the measured points and along each configuration")
-    data.predict_latency()
-    data.predict_decisions(say)
-    say("the answer at your loads")
-    data.predict_answers(rps, alpha)
+    say("checking the fit against its data, predicting latency and the decisions")
+    data.predict(rps, alpha)
     sections = draw(data, say, jobs)
     model = data.model
     kept = data.thin.posterior
@@ -129,15 +124,20 @@ def draw(data, say: Callable[[str], None], jobs: int | None = None) -> list:
 
 
 # The sections' drawing time on the example, slowest first (the order draw hands them out).
-DRAW_ORDER = ("speedup", "kstar", "latency", "ratios", "collapse", "coefficients",
-              "diagnostics")
+DRAW_ORDER = ("speedup", "kstar", "coefficients", "ratios", "collapse", "latency",
+              "diagnostics", "adequacy")
 
 
 def _section(sid: str, data):
-    """Section ``sid`` drawn from ``data``."""
+    """Section ``sid`` drawn from ``data``, with :data:`page.RC`."""
     import importlib
 
-    return importlib.import_module(f"bayeslat.report.{sid}").section(data)
+    from matplotlib import rc_context
+
+    from bayeslat.report import page
+
+    with rc_context(page.RC):
+        return importlib.import_module(f"bayeslat.report.{sid}").section(data)
 
 
 def alerts(data) -> list[str]:

@@ -35,6 +35,10 @@ ALPHA_GRID = np.linspace(0.4, 0.95, 12)
 MAX_ALPHAS = 3
 
 
+# What predict_decisions and predict_answers set.
+DECIDED = ("decisions", "shown_alphas", "skipped", "load_limits", "answers", "asked")
+
+
 @dataclass
 class Inputs:
     """The models of a report and the predictions its sections share.
@@ -85,6 +89,26 @@ class Inputs:
     def name(self) -> str:
         return next(iter(self.models))
 
+    def predict(self, rps=None, alpha=None) -> None:
+        """Every prediction the sections draw from: :meth:`check_adequacy` and
+        :meth:`predict_latency` here while a forked process makes :meth:`predict_decisions`
+        and :meth:`predict_answers` (``rps``, ``alpha``), whose results are small
+        (:func:`bayeslat.parallel.beside`; one after the other with one job)."""
+        from bayeslat import parallel
+
+        def decisions() -> dict:
+            self.predict_decisions()
+            self.predict_answers(rps, alpha)
+            return {name: getattr(self, name) for name in DECIDED}
+
+        def rest() -> None:
+            self.check_adequacy()
+            self.predict_latency()
+
+        decided, _ = parallel.beside(decisions, rest, self.jobs)
+        for name, value in decided.items():
+            setattr(self, name, value)
+
     def predict_latency(self) -> None:
         """Predict the fitted rows and a load grid per configuration in one call."""
         table = self.model.table
@@ -108,7 +132,7 @@ class Inputs:
         checks it, so the figures are the same for the same seed)."""
         self.check = adequacy.check(self.model, seed=self.seed)
 
-    def predict_decisions(self, status=None) -> None:
+    def predict_decisions(self) -> None:
         """The decision Dataset (:func:`bayeslat.decide.each_setup`: one prediction for the
         setups that share their acceptance rates and draft lengths) of every setup.
 
@@ -136,8 +160,6 @@ class Inputs:
             batch[row["setup"]] = (setup, np.linspace(0.0, highest, GRID_POINTS),
                                    pick(measured, alphas))
         for (alphas, ks), members in batches.items():
-            if status:
-                status(f"decisions for {', '.join(members)}")
             try:
                 datasets = self._decisions(members, alphas, ks)
             except BayeslatError:  # one at a time, to say which setups cannot be predicted
@@ -182,10 +204,12 @@ class Inputs:
                 self.thin, pd.concat([m[0] for m in members.values()], ignore_index=True),
                 np.unique(np.concatenate([m[2] for m in members.values()])), ks,
                 np.unique(np.concatenate([m[1] for m in members.values()])), seed=self.seed)
-            parts += [decide.verdicts(ds.sel(setup=[label], alpha=alphas, rps=loads))
+            every = decide.verdicts(ds)  # once: a call per setup was most of the time
+            parts += [every[(every["setup"] == label) & every["alpha"].isin(alphas)
+                            & every["rps"].isin(loads)]
                       for label, (_, loads, alphas) in members.items()]
         order = list(self.decisions)
-        self.answers = (pd.concat(parts, ignore_index=True).sort_values(
+        self.answers = (pd.concat(parts, ignore_index=True).infer_objects().sort_values(
             "setup", key=lambda col: col.map(order.index), kind="stable", ignore_index=True)
             if parts else None)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 from matplotlib import pyplot as plt
@@ -69,48 +71,58 @@ def _sd_ks(ds):
     return [int(k) for k in ds["k"].values if k > 0]
 
 
+STATS = ("q05", "q25", "q50", "q75", "q95")
+
+
+def _stats(da, ks):
+    """``{stat: array over (ks, other dims)}`` of a summary with a ``stat`` dim: plain arrays,
+    read once (an xarray selection per line was a fifth of the section's time, and
+    matplotlib deep-copies what it is given when it builds the legend)."""
+    da = da.sel(k=ks, stat=list(STATS)).transpose("stat", "k", ...)
+    return dict(zip(STATS, da.values, strict=True))
+
+
 def _speedup_panel(ax, ds):
     rps = ds["rps"].values
-    spd = ds["speedup"]
-    for k in _sd_ks(ds):
-        # plain arrays: matplotlib deep-copies what it is given when it builds the legend
+    ks = _sd_ks(ds)
+    spd = _stats(ds["speedup"], ks)
+    p_exists = ds["p_break_even"].sel(k=ks).values
+    for i, k in enumerate(ks):
         st = page.k_style(k)
-        one = {s: spd.sel(k=k, stat=s).values for s in ("q05", "q25", "q50", "q75", "q95")}
-        ax.fill_between(rps, one["q05"], one["q95"], color=st["color"], alpha=0.10, lw=0)
-        ax.fill_between(rps, one["q25"], one["q75"], color=st["color"], alpha=0.18, lw=0)
-        p = float(ds["p_break_even"].sel(k=k))
-        ax.plot(rps, one["q50"], color=st["color"], ls=st["linestyle"],
+        ax.fill_between(rps, spd["q05"][i], spd["q95"][i], color=st["color"], alpha=0.10, lw=0)
+        ax.fill_between(rps, spd["q25"][i], spd["q75"][i], color=st["color"], alpha=0.18, lw=0)
+        ax.plot(rps, spd["q50"][i], color=st["color"], ls=st["linestyle"],
                 marker=st["marker"], markevery=5, ms=4, mfc="white", lw=1.2,
-                label=f"k={k} (P(RPS* exists)={p:.2f})")
+                label=f"k={k} (P(RPS* exists)={p_exists[i]:.2f})")
     ax.axhline(1.0, color="k", lw=0.8)
     _saturated(ax, ds)
-    _break_even_boxes(ax, ds)
-    ax.set_ylim(*_speedup_range(spd.sel(k=_sd_ks(ds))))
+    _break_even_boxes(ax, ks, p_exists, _stats(ds["rps_star"], ks))
+    ax.set_ylim(*_speedup_range(spd["q05"], spd["q95"]))
     ax.set_ylabel("speedup (×)", fontsize=8)
     ax.tick_params(labelsize=7)
 
 
-def _speedup_range(spd) -> tuple[float, float]:
-    """Speedup axis limits: the bands, but at most 1.6 times the zero-load speedup (next to
-    the baseline's saturation the speedup grows without bound)."""
-    low = float(spd.sel(stat="q05").min())
-    high = float(spd.sel(stat="q95").max())
-    zero_load = float(spd.sel(stat="q95").isel(rps=0).max())
+def _speedup_range(q05: np.ndarray, q95: np.ndarray) -> tuple[float, float]:
+    """Speedup axis limits from the 90% bands (k by load): the bands, but at most 1.6 times
+    the zero-load speedup (next to the baseline's saturation the speedup grows without
+    bound)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN band: the defaults below
+        low, high, zero_load = np.nanmin(q05), np.nanmax(q95), np.nanmax(q95[:, 0])
     high = min(high, 1.6 * zero_load) if np.isfinite(zero_load) else high
     low = low if np.isfinite(low) else 0.0
     high = high if np.isfinite(high) else 2.0
     return max(0.0, min(low, 0.9) * 0.95), max(high, 1.1) * 1.05
 
 
-def _break_even_boxes(ax, ds):
-    """The RPS* posterior of each k as a box along the bottom of the panel."""
+def _break_even_boxes(ax, ks, p_exists, star):
+    """The RPS* posterior of each k (``star``: :func:`_stats` of it) as a box along the bottom
+    of the panel, where it exists in at least 5% of draws (``p_exists``)."""
     trans = transforms.blended_transform_factory(ax.transData, ax.transAxes)
-    for i, k in enumerate(_sd_ks(ds)):
-        if float(ds["p_break_even"].sel(k=k)) < 0.05:
+    for i, k in enumerate(ks):
+        if p_exists[i] < 0.05:
             continue
-        q = ds["rps_star"].sel(k=k)
-        q05, q25, q50, q75, q95 = (float(q.sel(stat=s)) for s in
-                                   ("q05", "q25", "q50", "q75", "q95"))
+        q05, q25, q50, q75, q95 = (float(star[s][i]) for s in STATS)
         y, h = 0.04 + 0.06 * i, 0.04
         st = page.k_style(k)
         ax.plot([q05, q95], [y + h / 2] * 2, color=st["color"], lw=0.9, transform=trans)
