@@ -48,21 +48,19 @@ def setup_figure(setup: str, ds, alphas: list[float],
                  limits: tuple[float, float | None] | None = None):
     """Speedup against load at each of ``alphas``; ``limits`` (highest measured load,
     measured ceiling or None, req/s) mark the load axis."""
-    n, width, height = len(alphas), 4.3 * len(alphas), 3.9
-    # fixed margins (inches) around panels whose labels never change length: tight_layout
-    # would measure every text for the same result, a fifth of the figure's time
-    fig, axes = plt.subplots(1, n, figsize=(width, height), squeeze=False, gridspec_kw={
-        "left": 0.62 / width, "right": 1 - 0.12 / width, "bottom": 0.5 / height,
-        "top": 1 - 0.62 / height, "wspace": 0.7 / 3.6})
+    height = 3.9
+    # fixed margins (inches; the top one leaves room for the setup above the panel titles)
+    fig, axes = page.subplots(len(alphas), len(alphas), width=4.3, height=height,
+                              margins=(0.62, 0.12, 0.5, 0.62))
     rps = ds["rps"].values
-    for ax, a in zip(axes[0], alphas, strict=True):
+    for ax, a in zip(axes, alphas, strict=True):
         _speedup_panel(ax, ds.sel(alpha=a))
         ax.set_title(f"alpha = {a:g}", fontsize=9)
         ax.set_xlim(rps.min(), rps.max())
         ax.set_xlabel("load rps (req/s)", fontsize=8)
         if limits is not None:
             page.mark_loads(ax, *limits)
-    axes[0, 0].legend(fontsize=7, loc="upper right")
+    axes[0].legend(fontsize=7, loc="upper right")
     fig.suptitle(setup, fontsize=10, y=1 - 0.12 / height)
     return fig
 
