@@ -71,14 +71,6 @@ def likelihood_line(idata) -> str:
     return f"likelihood: every row ({info.get('why', 'exact')}){times}"
 
 
-
-
-
-
-
-
-
-
 # Fields of the diagnostics stored with a fit (posterior attr ``diagnostics``, JSON).
 _DIAGNOSTICS_ATTR = "diagnostics"
 

@@ -38,6 +38,12 @@ and one check that leaves nothing out:
     one fit by Pareto-smoothed importance sampling, with the points where that estimate
     cannot be trusted (Pareto k above :data:`PARETO_K`) counted. Two or more variants run with
     it are ranked by :func:`compare`, and :func:`choice` says what the ranking implies.
+``sbc``
+    simulation-based calibration of the variant (:mod:`bayeslat.calibration`): prior draws on
+    a fixed design of the model sampler's (not the sweep's: at a real sweep's rates nearly
+    every draw of the wide default priors saturates), each refitted, and the uniformity of
+    the ranks of the population parameters and of a few decisions. It checks the model's code
+    and the sampler, not the model's fit to this sweep.
 
 Scores per fold and per split (:func:`score`): MAPE and R² of the predictive median against the
 measured latency, and the share of measured points inside their 50% and 90% predictive intervals
@@ -66,7 +72,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import adequacy, decide, theory
+from bayeslat import adequacy, calibration, decide, theory
 from bayeslat.data import schema
 from bayeslat.errors import InputError
 from bayeslat.files import atomic_output
@@ -76,9 +82,10 @@ from bayeslat.models.start import curve_fits, group_coefficients, group_fit
 
 SPLITS = ("top-rate", "alpha", "k", "workload", "workload-2", "workload-4", "verifier",
           "budget")
-# The check without folds (PSIS-LOO of one fit of the whole sweep), named like a split.
-LOO = "loo"
-CHECKS = (*SPLITS, LOO)
+# The checks without folds, named like splits: PSIS-LOO of one fit of the whole sweep, and
+# simulation-based calibration on the model sampler's design (not the sweep's).
+LOO, SBC = "loo", "sbc"
+CHECKS = (*SPLITS, LOO, SBC)
 # A variant is clearly ahead when its lead in elpd exceeds this many standard errors.
 CLEAR_LEAD_SE = 2.0
 # RPS* of a held-out fit "agrees" within this relative error of the whole sweep's (issue 14).
@@ -406,6 +413,7 @@ class Validation:
     decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
     loo: dict | None = None
     elpd: object = field(default=None, repr=False)
+    sbc: dict | None = None
     splits: pd.DataFrame = field(init=False)
 
     def __post_init__(self):
@@ -423,7 +431,7 @@ class Validation:
 
     def doc(self) -> dict:
         """Every figure (splits, folds, points, decisions, loo) as JSON-ready records."""
-        return {"variant": self.variant, "loo": self.loo,
+        return {"variant": self.variant, "loo": self.loo, "sbc": self.sbc,
                 **{name: json.loads(getattr(self, name).to_json(orient="records"))
                    for name in ("splits", "folds", "points", "decisions")}}
 
@@ -504,7 +512,11 @@ def check(table: pd.DataFrame, variant: str, splits) -> list[Fold]:
     if unknown:
         raise InputError(f"unknown split {', '.join(unknown)}; use one or more of "
                          f"{', '.join(CHECKS)}", field="split")
-    todo = [f for name in splits if name != LOO for f in folds(table, name)]
+    if SBC in splits and not calibration.supports(variant):
+        raise InputError(f"the sbc check calibrates the variants with the paper's per-group "
+                         f"coefficients (hierarchical, speculative), not {variant}",
+                         field="split")
+    todo = [f for name in splits if name not in (LOO, SBC) for f in folds(table, name)]
     if get(variant).per_configuration:  # measured configurations only
         labels = schema.config_labels(table)
         for one in todo:
@@ -517,7 +529,7 @@ def check(table: pd.DataFrame, variant: str, splits) -> list[Fold]:
 
 
 def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: int = 0,
-        status=None, decisions: bool = True, **sampler) -> Validation:
+        status=None, decisions: bool = True, sbc_fits: int = 100, **sampler) -> Validation:
     """Refit ``variant`` once per fold of each split and score its held-out predictions.
 
     Parameters
@@ -534,6 +546,9 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     decisions
         Also score each fold's decisions against the whole sweep's fit (one fit more, shared
         with the ``loo`` check; :func:`decision_score`).
+    sbc_fits
+        Refits of the ``sbc`` check (:func:`bayeslat.calibration.run`; its own sampler
+        settings).
     sampler
         Passed to :func:`bayeslat.models.sampling.sample` (``draws``, ``tune``, ``chains``,
         ``sampler``, ``exact``, ``progressbar``).
@@ -575,7 +590,14 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
             cells.append(compared.assign(split=one.split, held_out=one.held_out))
         rows.append({"split": one.split, "held_out": one.held_out} | score(held) | decided
                     | diag)
+    sbc = None
+    if SBC in splits:
+        say(f"{variant}: simulation-based calibration, {sbc_fits} refits of prior draws")
+        sbc = calibration.run(variant, sbc_fits, config=config, seed=seed,
+                              progress=lambda done, total: say(
+                                  f"{variant}: simulation-based calibration, fit {done} of "
+                                  f"{total}")).doc()
     return Validation(variant, pd.concat(points, ignore_index=True) if points else
                       pd.DataFrame(), pd.DataFrame(rows),
                       pd.concat(cells, ignore_index=True) if cells else pd.DataFrame(), loo,
-                      elpd)
+                      elpd, sbc)

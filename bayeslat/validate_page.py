@@ -8,7 +8,8 @@ Sections: a summary per variant (one row per split, the splits whose 90% coverag
 :data:`bayeslat.validate.COVERAGE_90` or whose refits did not converge named at the top), the
 PSIS-LOO comparison and the choice it implies, the held-out points against their predictive
 intervals, the coverage by load rank (1: each configuration's highest measured rate, where
-the paper's curve is known to miss), and every fold with its refit's convergence.
+the paper's curve is known to miss), every fold with its refit's convergence, and with the
+``sbc`` check the simulation-based calibration (:mod:`bayeslat.calibration`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def build(doc: dict, source: str) -> str:
     if doc.get("comparison"):
         sections.append(_comparison(doc))
     sections += [_points(variants), _coverage(variants), _folds(variants)]
+    if any(v.get("sbc") for v in variants):
+        sections.append(_calibration(variants))
     meta = [f"Sweep: {source}; variants: {', '.join(v['variant'] for v in variants)}. Made by "
             f"bayeslat {__version__}. Every figure and held-out point is in the JSON beside "
             "this page.",
@@ -94,6 +97,12 @@ def _alerts(variants: list[dict]) -> list[str]:
         if bad:
             out.append(f"{v['variant']}: {bad} of {fits} fits did not converge; their scores "
                        "may reflect the sampler, not the model (refit with more draws).")
+        failed = [r["quantity"] for r in (v.get("sbc") or {}).get("uniformity", [])
+                  if not r["passes"]]
+        if failed:
+            out.append(f"{v['variant']}: simulation-based calibration fails for "
+                       f"{', '.join(failed)}: the fits do not recover what generated their data "
+                       "there; read the calibration section.")
     return out
 
 
@@ -188,6 +197,47 @@ def _coverage(variants: list[dict]) -> page.Section:
             fig, f"{v['variant']}: the share of held-out points inside their 90% interval by "
             "how high the load is within its configuration; the paper's curve bends too "
             "little near capacity, where rank 1 lies.", alt=f"coverage by load {v['variant']}"))
+    return section
+
+
+def _calibration(variants: list[dict]) -> page.Section:
+    """Simulation-based calibration: the ECDF difference of each quantity's ranks with its
+    simultaneous band, and the uniformity table."""
+    from bayeslat import calibration
+
+    section = page.Section("sbc", "Simulation-based calibration")
+    section.add(page.text(
+        "Parameters drawn from the variant's priors, latencies from its likelihood, each data "
+        "set refitted: where the fit computes the model's posterior, the rank of the true value "
+        "among the posterior draws is uniform for every quantity, and the ECDF of the ranks "
+        "stays inside its simultaneous band. A difference that rises above 0 and then falls "
+        "below it (ranks piled at both ends) means posteriors too narrow, the reverse too "
+        "wide, one sign throughout a bias. This checks the "
+        "model's code and the sampler on a design of the model sampler's, not the fit to this "
+        "sweep."))
+    for v in (v for v in variants if v.get("sbc")):
+        sbc = v["sbc"]
+        ranks = pd.DataFrame(sbc["ranks"])
+        fits = pd.DataFrame(sbc["convergence"])
+        check = pd.DataFrame(sbc["uniformity"]).assign(
+            passes=lambda d: d["passes"].map({True: "yes", False: "no"}))
+        section.add(
+            f"<h3>{html.escape(v['variant'])}</h3>",
+            page.text(f"{sbc['fits']} refits; design: {sbc['design']} (acceptance "
+                      f"{sbc['acceptance']:.2f}); refits with divergent transitions "
+                      f"{(fits['divergences'] > 0).mean():.0%}, with max R-hat above 1.01 "
+                      f"{(fits['max_rhat'] > 1.01).mean():.0%}, median sampling "
+                      f"{fits['seconds'].median():.1f} s after one compile of "
+                      f"{sbc['compile_s']:.0f} s."),
+            page.figure(calibration.figure(
+                ranks, sbc["rank_draws"], f"{v['variant']}: {sbc['fits']} refits, ranks among "
+                f"{sbc['rank_draws']} draws", sbc["level"]),
+                f"{v['variant']}: ECDF of each quantity's ranks minus the uniform's, with the "
+                f"simultaneous {1 - sbc['level']:.0%} band (grey); red where it leaves the band.",
+                alt=f"sbc {v['variant']}"),
+            page.table(check.rename(columns={"mean_rank": "mean rank",
+                                             "max_ecdf_diff": "max |ECDF − z|",
+                                             "passes": "inside band"})))
     return section
 
 

@@ -16,7 +16,7 @@ STAGES = (
     ("bayeslat.data", "bayeslat.simulate"),
     ("bayeslat.models", "bayeslat.fitting"),
     ("bayeslat.adequacy", "bayeslat.decide"),
-    ("bayeslat.report", "bayeslat.validate", "bayeslat.validate_page"),
+    ("bayeslat.report", "bayeslat.validate", "bayeslat.validate_page", "bayeslat.calibration"),
     ("bayeslat.api", "bayeslat.cli", "bayeslat.__main__", "bayeslat"),
 )
 

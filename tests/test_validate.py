@@ -340,3 +340,43 @@ def test_bad_options_are_one_line_errors_before_any_fit(sweep, tmp_path, args, m
     result = runner.invoke(app, ["validate", str(sweep), "-o", str(tmp_path / "v.json"), *args])
     assert result.exit_code == 2 and message in result.output
     assert "Traceback" not in result.output and not (tmp_path / "v.json").exists()
+
+
+@pytest.fixture()
+def calibrated(monkeypatch):
+    """``calibration.run`` replaced by uniform ranks of three quantities and one biased one
+    (the real refits are in test_calibration.py)."""
+    from bayeslat import calibration
+
+    def fake(variant, fits, **kwargs):
+        rng = np.random.default_rng(0)
+        ranks = pd.DataFrame({name: rng.integers(0, 101, fits) for name in
+                              ("sigma", "tau_c1p", "beta_c2p[intercept]")})
+        ranks["nu"] = np.minimum(rng.integers(0, 101, fits), rng.integers(0, 101, fits))
+        convergence = pd.DataFrame({"max_rhat": np.full(fits, 1.004), "min_ess_bulk": 300.0,
+                                    "min_ess_tail": 280.0, "divergences": 0, "seconds": 9.0})
+        return calibration.Calibration(variant, ranks, convergence, 100, 0.6, 45.0)
+
+    monkeypatch.setattr(calibration, "run", fake)
+
+
+def test_the_sbc_check_prints_and_pages_each_quantity_s_uniformity(sweep, tmp_path,
+                                                                     calibrated):
+    out = tmp_path / "v.json"
+    result = runner.invoke(app, ["validate", str(sweep), "--split", "sbc", "--sbc-fits", "60",
+                                 "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "Simulation-based calibration of hierarchical: 60 refits" in result.output
+    assert "Held out" not in result.output
+    (one,) = json.loads(out.read_text())["variants"]
+    check = {r["quantity"]: r["passes"] for r in one["sbc"]["uniformity"]}
+    assert check == {"sigma": True, "tau_c1p": True, "beta_c2p[intercept]": True, "nu": False}
+    assert len(one["sbc"]["ranks"]["nu"]) == 60
+    page = (tmp_path / "v.html").read_text(encoding="utf-8")
+    assert "simulation-based calibration fails for nu" in page.split("<nav>")[0]
+    assert '<img alt="sbc hierarchical" src="data:image/png;base64,' in page
+
+
+def test_the_sbc_check_refuses_a_variant_it_cannot_calibrate(table):
+    with pytest.raises(InputError, match="sbc check"):
+        validate.run(table, "dense", ["sbc"])

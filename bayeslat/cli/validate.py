@@ -25,7 +25,9 @@ def command(
                               "value), workload-2, workload-4 (any workload-<n>: n workloads "
                               "held out together), budget (a third of the SD configurations "
                               "measured, the rest predicted), loo (no fold: the whole sweep "
-                              "fitted once and scored by PSIS-LOO)."),
+                              "fitted once and scored by PSIS-LOO), sbc (simulation-based "
+                              "calibration of the variant on the model sampler's design, "
+                              "--sbc-fits refits; not of this sweep)."),
     output: Path | None = typer.Option(None, "-o", "--output", help="The HTML page; the JSON "
                                        "of every figure is written beside it (.json). Default "
                                        "reports/<data>-<models>-validation.html."),
@@ -37,6 +39,8 @@ def command(
     sampler: str = options.SAMPLER,
     config: Path | None = options.CONFIG,
     exact: bool = options.EXACT,
+    sbc_fits: int = typer.Option(100, "--sbc-fits", min=10, help="Refits of the sbc check "
+                                 "(about 12 s each on 2 cores, after one compile)."),
 ) -> None:
     """Held-out prediction: for each fold of each split, refit the model without the fold's
     rows and predict them; print MAPE and R² of the predictive median and the share of the
@@ -81,11 +85,14 @@ def command(
             results.append(validate.run(
                 table, variant, splits, config=cfg, seed=seed,
                 status=lambda msg: status.update(escape(msg)), draws=draws, tune=tune,
-                chains=chains, sampler=sampler, exact=exact, progressbar=True))
+                chains=chains, sampler=sampler, exact=exact, progressbar=True,
+                sbc_fits=sbc_fits))
     for result in results:
         for name in splits:
-            if name != validate.LOO:
+            if name not in (validate.LOO, validate.SBC):
                 console.print(_split_table(result, name))
+        if result.sbc:
+            console.print(_sbc_table(result.sbc))
     comparison = None
     if validate.LOO in splits:
         if len(results) > 1:
@@ -101,12 +108,33 @@ def command(
 
     fits = [r.folds for r in results] + [pd.DataFrame([r.loo]) for r in results if r.loo]
     fits = pd.concat(fits, ignore_index=True)
-    unconverged = int((~fits["converged"].astype(bool)).sum())
+    unconverged = int((~fits["converged"].astype(bool)).sum()) if len(fits) else 0
     if unconverged:
         console.print(f"[yellow]warning:[/] {unconverged} of {len(fits)} fits did not "
                       "converge; their scores may reflect the sampler, not the model (try "
                       "more --tune or --draws)")
     console.print(f"wrote {written[0]} and {written[1]}")
+
+
+def _sbc_table(sbc: dict) -> Table:
+    """The uniformity of each quantity's ranks, failures in red, and the refits' convergence."""
+    import pandas as pd
+
+    fits = pd.DataFrame(sbc["convergence"])
+    table = Table(title=f"Simulation-based calibration of {sbc['variant']}: {sbc['fits']} "
+                  f"refits of prior draws, ranks among {sbc['rank_draws']} draws",
+                  title_justify="left", caption_justify="left", caption=(
+                      f"design: {sbc['design']}. mean rank 0.5 and the ECDF inside its "
+                      f"simultaneous {1 - sbc['level']:.0%} band when calibrated; refits with "
+                      f"divergences {(fits['divergences'] > 0).mean():.0%}, with R-hat > 1.01 "
+                      f"{(fits['max_rhat'] > 1.01).mean():.0%}"))
+    for col in ("quantity", "mean rank", "max |ECDF − z|", "inside band"):
+        table.add_column(col, justify="left" if col == "quantity" else "right")
+    for row in sbc["uniformity"]:
+        table.add_row(escape(row["quantity"]), number(row["mean_rank"], "{:.2f}"),
+                      number(row["max_ecdf_diff"], "{:.3f}"),
+                      "yes" if row["passes"] else "[red]no[/]")
+    return table
 
 
 def _loo_table(results, comparison) -> Table:

@@ -157,9 +157,16 @@ class HierarchicalModel(LatencyModel):
         didx[sd], new_drafts = unit_index(rows.loc[sd, "draft"], self.units["draft"].index)
         if len(new_groups) or len(new_drafts):
             return None
-        post = self.posterior
+        return self.parts_of(self.posterior, rows, gidx, didx)
+
+    @staticmethod
+    def parts_of(values: xr.Dataset, rows: pd.DataFrame, gidx: np.ndarray,
+                 didx: np.ndarray) -> dict:
+        """``C1``, ``C2`` (dim ``obs``) of ``rows`` from per-unit coefficients ``values``
+        (posterior or prior draws, dims ``group`` and ``draft``), each row's group and drafter
+        at ``gidx``, ``didx``."""
         index = {"group": xr.DataArray(gidx, dims="obs"), "draft": xr.DataArray(didx, dims="obs")}
-        c = {coef: post[coef].isel({_dim(coef): index[_dim(coef)]}).drop_vars(_dim(coef))
+        c = {coef: values[coef].isel({_dim(coef): index[_dim(coef)]}).drop_vars(_dim(coef))
              for coef in scaling.COEFS}
         column = {name: xr.DataArray(rows[name].to_numpy(float), dims="obs")
                   for name in ("alpha0", "k", "decode_tokens")}
