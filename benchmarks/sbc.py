@@ -3,16 +3,22 @@
 
 Prints the prior draws' acceptance, the compile and per-fit times, the refits' convergence, and
 per quantity (population parameters, the probes' speedups and RPS*) the mean fractional rank,
-the largest ECDF distance and whether the ranks stay inside their simultaneous 99% band; with
-``--figure`` it writes the ECDF-difference plot. Run from the project root::
+the largest ECDF distance, whether the ranks stay inside their simultaneous 99% band, and the
+ranks' histogram in ten bins; with ``--figure`` it writes the ECDF-difference plot, with
+``--json`` every rank. Run from the project root::
 
     .venv/bin/python benchmarks/sbc.py [--fits 100] [--noncentered all] [--figure sbc.png]
+        [--json sbc.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
+
+import numpy as np
 
 from bayeslat import calibration, scaling
 from bayeslat.cli.options import quiet_pymc
@@ -30,6 +36,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--figure", help="write the ECDF-difference plot here (PNG)")
+    parser.add_argument("--json", help="write every rank and each refit's convergence here")
     args = parser.parse_args()
     quiet_pymc()
     names = (scaling.COEFS if args.noncentered == "all"
@@ -52,7 +59,13 @@ def main() -> None:
           f"{(fits['max_rhat'] > 1.01).mean():.2f}; min bulk ESS median "
           f"{fits['min_ess_bulk'].median():.0f}")
     check = result.uniformity()
+    bins = np.linspace(0, result.rank_draws + 1, 11)
+    counts = result.ranks.apply(lambda r: np.histogram(r, bins)[0])
+    check["ranks in tenths"] = [" ".join(f"{c:2d}" for c in counts[name]) for name in check.index]
     print(check.to_string(float_format=lambda v: f"{v:.3f}"))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.doc(), indent=1))
+        print(f"wrote {args.json}")
     population = check[~check.index.str.startswith(("speedup", "RPS*"))]
     print(f"outside the 99% band: {int((~population['passes']).sum())} of {len(population)} "
           f"population parameters, {int((~check['passes']).sum() - (~population['passes']).sum())}"
