@@ -43,6 +43,7 @@ one compile, then seconds per fit.
 
 from __future__ import annotations
 
+import textwrap
 import time
 from dataclasses import dataclass
 
@@ -336,16 +337,22 @@ def figure(ranks: pd.DataFrame, rank_draws: int, title: str, level: float = LEVE
     from bayeslat.report import page
 
     z, lower, upper = ecdf_band(len(ranks), rank_draws, level)
+    top, bottom, above = 0.42, 0.3, 0.3  # inches: a panel's two-line title; the figure's
     fig, axes = page.subplots(len(ranks.columns), 4, width=2.6, height=1.9,
-                              margins=(0.35, 0.1, 0.3, 0.3))
+                              margins=(0.35, 0.1, bottom, top))
+    # room for the figure's title above the first row's panel titles
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width, height + above)
+    axes[0].get_gridspec().update(top=1 - (top + above) / (height + above),
+                                  bottom=bottom / (height + above))
     for ax, name in zip(axes, ranks.columns, strict=True):
         f = ecdf(ranks[name].to_numpy(), rank_draws)
         inside = ((f >= lower) & (f <= upper)).all()
         ax.fill_between(z, lower - z, upper - z, color="0.85", label=f"{1 - level:.0%} band")
         ax.plot(z, f - z, color="C0" if inside else "C3", lw=1.2, label="ECDF − z")
         ax.axhline(0.0, color="0.4", lw=0.6)
-        ax.set_title(name, fontsize=7)
+        ax.set_title("\n".join(textwrap.wrap(name, 36)), fontsize=7)
         ax.tick_params(labelsize=6)
     axes[0].legend(fontsize=6, loc="lower left")
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=9, y=1 - 0.1 / (height + above), va="top")
     return fig
