@@ -48,6 +48,27 @@ def test_sampling_stops_at_the_first_checkpoint_that_meets_the_bar(compiled):
     np.testing.assert_array_equal(again.posterior["x"].values, trace.posterior["x"].values)
 
 
+def test_the_trace_sampled_to_the_bar_is_nutpies_own_cut_at_the_checkpoint():
+    """The chains are watched through nutpie's raw Arrow trace; what comes back is the
+    InferenceData nutpie itself gives for that many draws: the same variables (the
+    unconstrained ones dropped), dims, coords, dtypes and values, statistics too."""
+    with pm.Model(coords={"i": ["a", "b", "c"]}) as model:
+        pm.Normal("x", 0.0, 1.0, dims="i")
+        pm.Deterministic("y", 2.0 * pm.HalfNormal("s"))
+        pm.Normal("z", 0.0, 1.0, shape=(2, 3))
+    one = nutpie.compile_pymc_model(model)
+    trace, draws = sampling._sample_to_bar(nutpie, one, settings())
+    own = sampling._drop_unconstrained(nutpie.sample(one, **settings(draws=draws)))
+    for group in ("posterior", "sample_stats"):
+        mine, theirs = getattr(trace, group), getattr(own, group)
+        assert set(mine.data_vars) == set(theirs.data_vars), group
+        for name, value in theirs.data_vars.items():
+            assert mine[name].dims == value.dims and mine[name].dtype == value.dtype, name
+            np.testing.assert_array_equal(mine[name].values, value.values, err_msg=name)
+        assert mine.coords.to_dataset().equals(theirs.coords.to_dataset()), group
+    assert trace.posterior["x"].coords["i"].values.tolist() == ["a", "b", "c"]
+
+
 def test_sampling_ends_at_the_most_draws_when_the_bar_is_not_met(compiled):
     # 2 chains of 60 draws cannot give a tail ESS of 500
     trace, draws = sampling._sample_to_bar(nutpie, compiled, settings(draws=60, chains=2, cores=2))
