@@ -390,6 +390,15 @@ def test_start_check_names_the_term_that_is_not_finite(monkeypatch):
         model.check_start(model.build())
 
 
+def test_sampling_from_a_start_that_is_not_finite_names_the_term(monkeypatch):
+    """nutpie fails first (every jittered start of sigma = 0 is too); the check then says why."""
+    model = get("hierarchical")(table("hierarchical"))
+    start = model.initial_values()
+    monkeypatch.setattr(model, "initial_values", lambda pm_model=None: start | {"sigma": 0.0})
+    with pytest.raises(NumericalError, match="sigma"):
+        sampling.sample(model, draws=20, tune=20, chains=2, progressbar=False, exact=True)
+
+
 def test_barrier_is_exact_when_unsaturated_and_finite_far_past():
     import pytensor
     import pytensor.tensor as pt

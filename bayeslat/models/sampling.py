@@ -220,7 +220,9 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
            cores: int | None = None, target_accept: float = TARGET_ACCEPT, exact: bool = False):
     """Sample the posterior of ``model`` (a :class:`~bayeslat.models.base.LatencyModel`).
 
-    The start is checked first (finite log density, :meth:`LatencyModel.check_start`). The
+    A start whose log density is not finite raises :class:`~bayeslat.errors.NumericalError`
+    naming the terms (:meth:`LatencyModel.check_start`; with nutpie only when its own start
+    fails, where a jittered start is retried without the jitter). The
     pointwise log-likelihood is added for PSIS-LOO, and the sampler settings go into the
     posterior's attrs. ``target_accept`` above the default takes smaller steps, for posteriors
     whose tails (a few groups' spread) diverge at the default. Variants with the paper's curve
@@ -251,7 +253,8 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
     if summary is not None and not summary.gaussian:
         summary = None
     pm_model = model.build(summary=summary)
-    model.check_start(pm_model)
+    if sampler != "nutpie":  # nutpie's own start failing says so, and then it is checked
+        model.check_start(pm_model)
     chains = chains or default_chains()
     to_bar = draws is None and sampler == "nutpie"
     draws = draws or (MAX_DRAWS if to_bar else FIXED_DRAWS)
@@ -271,10 +274,21 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
         settings = {"draws": draws, "tune": tune, "chains": chains, "cores": cores or chains,
                     "seed": seed, "progress_bar": progressbar, "save_warmup": False,
                     "target_accept": target_accept}
-        if to_bar:
-            idata, draws = _sample_to_bar(backend, compiled_model, settings)
-        else:
-            idata = _drop_unconstrained(backend.sample(compiled_model, **settings))
+
+        def run(one):
+            if to_bar:
+                return _sample_to_bar(backend, one, settings)
+            return _drop_unconstrained(backend.sample(one, **settings)), draws
+
+        try:
+            idata, draws = run(compiled_model)
+        except RuntimeError as exc:
+            if not _no_start(exc):
+                raise
+            # a NumericalError naming the terms that are not finite (a PyTensor compile of
+            # its own, 4 s on the example: paid only here), else the start without jitter
+            model.check_start(pm_model)
+            idata, draws = run(_started(compiled_model, pm_model, start, set()))
     else:
         kwargs = {"nuts_sampler": "numpyro"} if sampler == "numpyro" else {}
         if sampler == "pymc" and not pytensor.config.cxx:
@@ -343,8 +357,6 @@ class Refitter:
         start = model.initial_values(self.pm_model)
         self._compiled = nutpie.compile_pymc_model(
             self.pm_model, initial_points=start, jitter_rvs=self._jitter, freeze_model=False)
-        # the free values in the order of nutpie's flat vector
-        self._names = [self.pm_model.rvs_to_values[rv].name for rv in self.pm_model.free_RVs]
 
     def sample(self, model, seed: int):
         """The posterior (an ``InferenceData`` with ``posterior`` and ``sample_stats``) of
@@ -360,27 +372,40 @@ class Refitter:
         data = self._compiled.with_data(log_latency_obs=rows["log_latency"].to_numpy(float))
         try:
             return self._run(data, start, self._jitter, seed)
-        except RuntimeError as exc:  # nutpie: no finite start among its jittered tries
-            if "initial position" not in str(exc):
+        except RuntimeError as exc:
+            if not _no_start(exc):
                 raise
             return self._run(data, start, set(), seed)
 
     def _run(self, compiled_model, start: dict, jitter: set, seed: int):
-        import dataclasses
-
         import nutpie
-        from pymc.initial_point import make_initial_point_fn
 
-        point = make_initial_point_fn(model=self.pm_model, overrides=start, jitter_rvs=jitter,
-                                      return_transformed=True)
-
-        def initial(seed_):
-            values = point(seed_)
-            return np.concatenate([np.asarray(values[name], dtype=float).ravel()
-                                   for name in self._names])
-
-        run = dataclasses.replace(compiled_model, initial_point_func=initial)
+        run = _started(compiled_model, self.pm_model, start, jitter)
         return _drop_unconstrained(nutpie.sample(run, seed=seed, **self.settings))
+
+
+def _no_start(exc: RuntimeError) -> bool:
+    """Whether nutpie failed for want of a finite start among its (jittered) tries."""
+    return any(words in str(exc) for words in ("initialization points", "initial position"))
+
+
+def _started(compiled_model, pm_model, start: dict, jitter: set):
+    """A compiled nutpie model that starts its chains at ``start`` (constrained values of the
+    free variables), the variables in ``jitter`` jittered as PyMC does."""
+    import dataclasses
+
+    from pymc.initial_point import make_initial_point_fn
+
+    point = make_initial_point_fn(model=pm_model, overrides=start, jitter_rvs=jitter,
+                                  return_transformed=True)
+    # the free values in the order of nutpie's flat vector
+    names = [pm_model.rvs_to_values[rv].name for rv in pm_model.free_RVs]
+
+    def initial(seed):
+        values = point(seed)
+        return np.concatenate([np.asarray(values[name], dtype=float).ravel() for name in names])
+
+    return dataclasses.replace(compiled_model, initial_point_func=initial)
 
 
 def _likelihood_note(summary, exact: bool, model) -> dict:
