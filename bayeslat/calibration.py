@@ -136,9 +136,7 @@ def quantities(model, values: xr.Dataset, probe: pd.DataFrame) -> dict[str, np.n
             out[f"{name}[{label}]"] = var.sel({extra[0]: label}).values.reshape(-1)
     rows = model.rows.drop_duplicates("config").set_index("config")
     picked = rows.loc[np.r_[probe["baseline"], probe["config"]]]
-    gidx = model.units["group"].index.get_indexer(picked["group"])
-    didx = np.maximum(model.units["draft"].index.get_indexer(picked["draft"]), 0)
-    parts = model.parts_of(values, picked, gidx, didx)
+    parts = model.parts_of(values, picked, *model.positions(picked))
     sample_dims = [d for d in parts["C1"].dims if d != "obs"]
     c1 = parts["C1"].transpose(*sample_dims, "obs").values.reshape(-1, len(picked))
     c2 = parts["C2"].transpose(*sample_dims, "obs").values.reshape(-1, len(picked))
@@ -180,8 +178,7 @@ def prior_draws(model, n: int, seed: int, batch: int = 200):
     import pymc as pm
 
     rows = model.rows
-    gidx = model.units["group"].index.get_indexer(rows["group"])
-    didx = np.maximum(model.units["draft"].index.get_indexer(rows["draft"]), 0)
+    positions = model.positions(rows)
     pm_model = model.build()
     kept, tried, accepted, attempt = [], 0, 0, 0
     while accepted < n:
@@ -190,7 +187,7 @@ def prior_draws(model, n: int, seed: int, batch: int = 200):
         attempt += 1
         prior = draws.prior.isel(chain=0).assign(
             log_latency=draws.prior_predictive["log_latency"].isel(chain=0))
-        c2 = model.parts_of(prior, rows, gidx, didx)["C2"].transpose("draw", "obs").values
+        c2 = model.parts_of(prior, rows, *positions)["C2"].transpose("draw", "obs").values
         ok = (rows["rps"].to_numpy() * c2).max(axis=1) < 1.0
         ok &= np.isfinite(prior["log_latency"].values).all(axis=1)
         tried += batch

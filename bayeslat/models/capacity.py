@@ -253,7 +253,7 @@ class CapacityModel(HierarchicalModel):
         """Each fitted configuration's group compute time ``C3`` from the per-group ``c3p``,
         ``c3v`` in ``values`` (tensors or arrays)."""
         fitted = self.rows.drop_duplicates("config")
-        fg = self.units["group"].index.get_indexer(fitted["group"])
+        fg, _ = self.positions(fitted)
         return theory.compute_coefficient(
             values["c3p"][fg], values["c3v"][fg], fitted["alpha0"].to_numpy(float),
             fitted["k"].to_numpy(float), fitted["decode_tokens"].to_numpy(float))

@@ -159,6 +159,13 @@ class HierarchicalModel(LatencyModel):
             return None
         return self.parts_of(self.posterior, rows, gidx, didx)
 
+    def positions(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's position among the fitted groups and among the fitted drafters (0 for a
+        baseline row, whose drafter terms vanish), for :meth:`parts_of`; -1 for a group never
+        fitted."""
+        return (self.units["group"].index.get_indexer(rows["group"]),
+                np.maximum(self.units["draft"].index.get_indexer(rows["draft"]), 0))
+
     @staticmethod
     def parts_of(values: xr.Dataset, rows: pd.DataFrame, gidx: np.ndarray,
                  didx: np.ndarray) -> dict:
@@ -204,8 +211,7 @@ class HierarchicalModel(LatencyModel):
     def _feasible(self, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Shrink each group's load coefficients until its points are below MAX_LOAD."""
         rows = self.rows
-        gidx = self.units["group"].index.get_indexer(rows["group"])
-        didx = np.maximum(self.units["draft"].index.get_indexer(rows["draft"]), 0)
+        gidx, didx = self.positions(rows)
         _, c2 = theory.effective_coefficients(
             0.0, 0.0, 0.0, c["c2p"][gidx], c["c2v"][gidx], c["c2d"][didx], rows["alpha0"],
             rows["k"], rows["decode_tokens"])
