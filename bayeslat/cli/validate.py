@@ -40,7 +40,7 @@ def command(
     config: Path | None = options.CONFIG,
     exact: bool = options.EXACT,
     sbc_fits: int = typer.Option(100, "--sbc-fits", min=10, help="Refits of the sbc check "
-                                 "(about 12 s each on 2 cores, after one compile)."),
+                                 "(about 10 s each on 2 cores, after one compile)."),
 ) -> None:
     """Held-out prediction: for each fold of each split, refit the model without the fold's
     rows and predict them; print MAPE and R² of the predictive median and the share of the
