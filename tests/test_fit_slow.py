@@ -133,8 +133,8 @@ def test_moe_beats_hierarchical_by_psis_loo_on_moe_data():
 def test_hierarchical_fit_of_the_shipped_example(tmp_path):
     import pymc as pm
 
-    # the settings of the README's command (4 chains, drawing until the bar holds): two short
-    # chains of 1000 left R-hat at 1.017 since nu >= 2
+    # the settings of the README's command (a chain per core, drawing until the bar holds): two
+    # fixed chains of 1000 left R-hat at 1.017 since nu >= 2
     result = bayeslat.fit(EXAMPLE, "hierarchical", seed=0, progressbar=False)
     assert result.diagnostics.converged, result.diagnostics  # the bar itself: no divergences
     # sampling stopped where the bar held, with the ESS margin, well before the most draws
