@@ -112,17 +112,18 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     np.testing.assert_allclose(pred["capacity"], cap)
 
 
-def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_noncentred(fitted):
-    """Q per configuration around its group's stage-1 value (no hyperparameters), and c2d sampled
-    non-centred by the variant's default config; the paper's variants keep theirs."""
+def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c3v_noncentred(fitted):
+    """Q per configuration around its group's stage-1 value (no hyperparameters), and c2d and c3v
+    sampled non-centred by the variant's default config; the paper's variants keep theirs."""
     model, _ = fitted
     post = model.idata.posterior
     if model.variant != "capacity":
         assert "z_c2d" not in post
         assert model.config.noncentered == ("c1p",)
         return
-    assert model.config.noncentered == ("c1p", "c2d")
+    assert model.config.noncentered == ("c1p", "c2d", "c3v")
     assert "z_c2d" in post and "log_c2d" not in post
+    assert "z_c3v" in post and "log_c3v" not in post
     assert post["log_Q_top"].dims == ("chain", "draw", "config")
     assert "q" not in post and "tau_q" not in post and "mu_log_Q" not in post
     # centred on its group's stage-1 value, floored: the start sits there
