@@ -156,8 +156,10 @@ def _points(variants: list[dict]) -> page.Section:
             one = one[ok]
             for inside, marker, shade in ((True, "o", "0.6"), (False, "x", "0.0")):
                 mine = one[one["in90"].astype(bool) == inside]
-                ax.errorbar(mine["median"], mine["latency_mean"],
-                            xerr=[mine["median"] - mine["lo90"], mine["hi90"] - mine["median"]],
+                med = mine["median"].to_numpy(float)  # arrays: matplotlib floats a 1-row Series
+                ax.errorbar(med, mine["latency_mean"].to_numpy(float),
+                            xerr=[med - mine["lo90"].to_numpy(float),
+                                  mine["hi90"].to_numpy(float) - med],
                             fmt=marker, ms=3, color=shade, elinewidth=0.6, lw=0,
                             label="inside 90%" if inside else "outside 90%")
             lo = np.nanmin(one[["lo90", "latency_mean"]].to_numpy()) if len(one) else 0.1
