@@ -84,10 +84,11 @@ DEFAULT_PRIORS: dict[str, Any] = {
     "tau_mean": 0.25,
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
-    # Prior mean (of a Gamma(2, 2/mean)) of the extra scatter, on log latency, of a point
-    # whose latency is all queueing for compute (the capacity variants: it grows with the
-    # queue's share; 0.1 = 10%).
-    "sigma_wall_mean": 0.1,
+    # Prior mean (of a Gamma(2, 2/mean)) of the jitter of the compute wall, in log terms (the
+    # capacity variants: a point's scatter grows by it times how far its latency moves with
+    # the wall; 0.02 = 2%, which moves a point at 90% of the wall that is all queue by 20%;
+    # the example's posterior: about 1%).
+    "sigma_wall_mean": 0.02,
     # Normal sd of the log offset of synchronous benchmarks from the curve at their rate: a
     # lone request's steps have a batch of one, cheaper than the curve's (llm-d: 14% below
     # the constant rates' intercept; 0.2 leaves that well inside the prior).

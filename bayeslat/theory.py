@@ -192,6 +192,19 @@ def queue_share(rps, c1, c2, c3=0.0, q=0.0):
     return _where(np.isfinite(share), share, 1.0)
 
 
+def wall_sensitivity(rps, c1, c2, c3=0.0, q=0.0):
+    r"""How far the latency moves with the compute wall:
+    :math:`-\partial\log L/\partial\log(1/C_3)` at a fixed service time, which is
+    :math:`w/(1-\rho)` with :math:`w` the queue's share (:func:`queue_share`) and
+    :math:`\rho = \mathrm{rps}\,C_3`. 0 at low load and in the paper's model; at 90% of the
+    wall a 1% shift of the wall moves a latency that is all queue by 10%. ``inf`` at and past
+    the wall."""
+    rho = rps * c3
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = queue_share(rps, c1, c2, c3, q) / (1.0 - rho)
+    return _where(rho < 1.0, out, np.inf)
+
+
 def capacity(c2, c3=0.0):
     """The saturation rate ``1/max(C2, C3)`` in req/s (``inf`` where both are 0)."""
     with np.errstate(divide="ignore"):

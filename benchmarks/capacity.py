@@ -174,7 +174,7 @@ def part_engine(args):
     # often runs higher, to where the baseline is past its capacity)
     rows = model.rows[model.rows["k"] == 0]
     measured = rows.groupby("group")["rps"].max()
-    cells, regrets = [], []
+    cells, regrets, where = [], [], []
     for _, setup in setups.iterrows():
         group = setup["setup"].rsplit(" ", 1)[0]
         loads = np.linspace(0.1, 1.0, 5) * measured[group]
@@ -200,11 +200,17 @@ def part_engine(args):
                     cells.append(float(band.sel(stat="q05")) <= s <= float(band.sel(stat="q95")))
                 k_risk = one["k_risk"].item()
                 if np.isfinite(k_risk):
-                    regrets.append(true_k[int(k_risk)] / min(true_k.values()) - 1)
+                    best = min(true_k, key=true_k.get)
+                    regrets.append(true_k[int(k_risk)] / true_k[best] - 1)
+                    where.append(f"{setup['setup']}, alpha {alpha:g}, {r:.3g} req/s: k "
+                                 f"{int(k_risk)} where k {best} is best; P(SD slower) "
+                                 + ", ".join(f"k {k} {p:.2f}" for k, p in zip(
+                                     one["k"].values, one["p_sd_hurts"].values, strict=True)))
     cells, regrets = np.array(cells), np.array(regrets)
     print(f"    decide's 90% speedup bands cover the long-run truth in {cells.mean():.3f} of "
           f"{len(cells)} (setup, alpha, k, load) cells; risk-aware k: mean regret "
           f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells")
+    print(f"    the largest regret: {where[int(regrets.argmax())]}")
 
 
 PARTS = {"example": part_example, "holdout": part_holdout, "llmd": part_llmd,

@@ -162,9 +162,10 @@ def test_group_fit_recovers_the_queue_factor_of_a_wall_curve():
     assert out[0] == pytest.approx(theta["c1p"], rel=0.1)
 
 
-def test_scatter_grows_with_the_queue_share_for_the_capacity_variants(fitted):
+def test_scatter_grows_as_the_wall_nears_for_the_capacity_variants(fitted):
     """``scatter`` (the predictive checks' scale) is ``sigma`` for the paper's variants and
-    ``sqrt(sigma² + (sigma_wall·w)²)`` with ``w`` the queue's share for the capacity ones."""
+    ``sqrt(sigma² + (sigma_wall·v)²)`` for the capacity ones, ``v = w/(1 − rps·C3)`` with ``w``
+    the queue's share (0 past the wall, where the latency is infinite anyway)."""
     model, _ = fitted
     thin = copy.copy(model)
     thin.idata = model.idata.isel(chain=[0], draw=[0, 5])
@@ -175,9 +176,12 @@ def test_scatter_grows_with_the_queue_share_for_the_capacity_variants(fitted):
         np.testing.assert_allclose(scale, post["sigma"].broadcast_like(scale))
         return
     share = theory.queue_share(pred["rps"], pred["C1"], pred["C2"], pred["C3"], pred["Q"])
+    rho = pred["rps"] * pred["C3"]
+    moves = (share / (1.0 - rho)).where(rho < 1, 0.0)  # mocked draws may pass the wall
     assert float(post["sigma_wall"].min()) > 0 and 0 < float(share.max()) <= 1
+    assert (moves >= share).where(rho < 1, True).all()
     np.testing.assert_allclose(
-        scale, np.sqrt(post["sigma"] ** 2 + (post["sigma_wall"] * share) ** 2).broadcast_like(
+        scale, np.sqrt(post["sigma"] ** 2 + (post["sigma_wall"] * moves) ** 2).broadcast_like(
             scale))
     assert (scale >= post["sigma"]).all()
 

@@ -247,6 +247,21 @@ class TestCapacity:
         assert theory.queue_share(40.0, 1.0, 0.01) == 0.0  # the paper's model has no queue
         assert theory.queue_share(50.0, 1.0, 0.01, 0.02, 2.0) == 1.0  # at the wall
 
+    def test_wall_sensitivity_is_the_latency_change_for_a_shift_of_the_wall(self):
+        # move the wall (1/C3) by a factor e^eps at a fixed service time C3: rho -> rho·e^-eps
+        def log_latency(eps, rps):
+            rho = rps * 0.02 * np.exp(-eps)
+            return np.log(1.0 / (1 - rps * 0.01) + 2.0 * 0.02 * rho / (1 - rho))
+
+        for rps in (10.0, 40.0, 49.0):
+            slope = (log_latency(-1e-6, rps) - log_latency(1e-6, rps)) / 2e-6
+            got = theory.wall_sensitivity(rps, 1.0, 0.01, 0.02, 2.0)
+            assert got == pytest.approx(slope, rel=1e-5)
+            assert got > theory.queue_share(rps, 1.0, 0.01, 0.02, 2.0)
+        assert theory.wall_sensitivity(40.0, 1.0, 0.01) == 0.0  # no wall, nothing moves
+        assert np.isposinf(theory.wall_sensitivity(50.0, 1.0, 0.01, 0.02, 2.0))
+        assert np.isposinf(theory.wall_sensitivity(60.0, 1.0, 0.01, 0.02, 2.0))
+
     def test_compute_coefficient(self):
         # prefill plus g/E cycles of k + 1 verified tokens; E = 2.3125 at alpha 0.75, k 2
         got = theory.compute_coefficient(0.01, 1e-4, 0.75, 2, 128)

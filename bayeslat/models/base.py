@@ -10,8 +10,9 @@ Likelihood (all variants), on the log of the mean latency of observation ``i``:
 a synchronous benchmark's location moved by ``sync_shift ~ N(0, 0.2)`` (one request at a time:
 its steps have a batch of one, which the continuous-batching curve at its rate overestimates;
 :meth:`LatencyModel.protocol_shift` gives the predictive checks the same offset),
-plus, in the variants with the compute wall, ``(sigma_wall·w_i)²`` with ``w_i`` the share of
-the model latency spent queueing (:meth:`LatencyModel.likelihood_scale`),
+plus, in the variants with the compute wall, ``(sigma_wall·v_i)²`` with ``v_i`` how far the
+latency moves with the wall, its queue's share over the headroom ``1 − rps·C3``
+(:meth:`LatencyModel.likelihood_scale`),
 ``sigma ~ HalfNormal``, ``nu = 2 + Gamma`` (a finite variance: heavy enough tails for a few bad
 points, not for a systematic misfit). ``h`` is the saturation barrier
 :func:`log_headroom`: equal to the headroom ``1 − rps·C2`` wherever it exceeds a few times
@@ -369,11 +370,14 @@ class LatencyModel:
 
     def likelihood_scale(self, sigma, se_rel, parts: dict, data: dict):
         r"""The Student-t scale of each observation, :math:`s_i^2 = \sigma^2 + \mathrm{se}_i^2`,
-        plus, for the variants with the compute wall, :math:`(\sigma_{\mathrm{wall}}\,w_i)^2`
-        with :math:`w_i` the share of the model latency spent queueing for compute
-        (:func:`bayeslat.theory.queue_share`): near the wall the queue's form is an
-        approximation (the batch, token-budget and KV limits bind there too), and what it
-        misses is scatter that grows with the queue, not outliers."""
+        plus, for the variants with the compute wall, :math:`(\sigma_{\mathrm{wall}}\,v_i)^2`
+        with :math:`v_i = w_i/(1-\rho_i)` how far the latency moves with the wall
+        (:func:`bayeslat.theory.wall_sensitivity`; :math:`w_i` the share spent queueing):
+        ``sigma_wall`` is a jitter of the wall itself, in log terms. Near the wall the queue's
+        form is an approximation (the batch, token-budget and KV limits bind there too, and a
+        benchmark of finite length sees its own effective wall), and what it misses is
+        scatter that grows as the wall nears, not outliers; a held-out point nearer the wall
+        than any fitted one gets the wider band it needs."""
         import pymc as pm
         import pytensor.tensor as pt
 
@@ -384,23 +388,29 @@ class LatencyModel:
             mean = self.config.prior("sigma_wall_mean")
             wall = pm.Gamma("sigma_wall", alpha=2.0, beta=2.0 / mean)
             memory, queue = self._log_terms(parts, data)
-            share = pt.sigmoid(queue - memory)
-            var = var + (wall * share) ** 2
+            # the headroom through the barrier, as in the queue's wait: positive and smooth if
+            # a proposal (of a wall not sampled in headroom coordinates) passes a fitted rate
+            headroom = log_headroom(1.0 - data["rps"] * parts["C3"])
+            moves = pt.exp(-pt.softplus(memory - queue) - headroom)  # share / headroom
+            var = var + (wall * moves) ** 2
         return pt.sqrt(var)
 
     def scatter(self, posterior: xr.Dataset, parts, rps):
         """The likelihood's scale without the measurement error, per draw and row, from
         predicted ``parts`` (dims ``chain, draw`` or ``sample``, and the rows'): ``sigma``,
-        and, with the compute wall, ``sqrt(sigma² + (sigma_wall·w)²)``
-        (:meth:`likelihood_scale`) at the loads ``rps`` (req/s; an array along ``obs`` or a
-        DataArray with dims of its own)."""
+        and, with the compute wall, ``sqrt(sigma² + (sigma_wall·v)²)``
+        (:meth:`likelihood_scale`; ``sigma`` where the load is past the wall) at the loads
+        ``rps`` (req/s; an array along ``obs`` or a DataArray with dims of its own)."""
         sigma = posterior["sigma"]
         if "C3" not in parts:
             return sigma
         if not isinstance(rps, xr.DataArray):
             rps = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
-        share = theory.queue_share(rps, parts["C1"], parts["C2"], parts["C3"], parts["Q"])
-        return np.sqrt(sigma**2 + (posterior["sigma_wall"] * share) ** 2)
+        moves = theory.wall_sensitivity(rps, parts["C1"], parts["C2"], parts["C3"], parts["Q"])
+        # past the wall the latency is infinite whatever its scatter: keep the scale finite
+        # there, so that the draws stay infinite (inf·t would be NaN, or -inf)
+        moves = moves.where(np.isfinite(moves), 0.0)
+        return np.sqrt(sigma**2 + (posterior["sigma_wall"] * moves) ** 2)
 
     def discrepancy(self, parts, rps, seed, shared=()) -> xr.DataArray:
         """Draws of the log of the true latency over the model's (:func:`scatter_draws` of
@@ -561,7 +571,7 @@ class LatencyModel:
         variables of the PyMC ``model`` only, when given (the fast likelihood has no ``nu``)."""
         extra = {"sigma_ceiling": 0.05} if self.fits_ceilings and not self.ceilings.empty else {}
         if "C3" in self.parts:
-            extra["sigma_wall"] = 0.05
+            extra["sigma_wall"] = 0.01
         out = self.start() | {"sigma": 0.05, "nu_excess": 8.0} | extra
         if model is None:
             return out
