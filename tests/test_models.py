@@ -252,26 +252,68 @@ def test_save_load_round_trip_predicts_the_same(fitted):
     assert list(a["rps"].values) == [0.0, 0.5, 1.0]
 
 
+# the variants whose rows of fitted units are predicted without the model's graph
+KNOWN_PARTS = ("hierarchical", "speculative", "capacity")
+
+
 def test_rows_of_fitted_units_are_predicted_without_the_graph(fitted, monkeypatch):
-    """The paper's scaling variants compute the parts of rows whose groups and drafters were
-    all fitted from the stored per-unit coefficients: the graph's values (to 1e-12), same
-    dims and coords; a row of a new group goes through the graph."""
+    """The paper's scaling variants and ``capacity`` compute the parts of rows whose groups and
+    drafters were all fitted from the stored per-unit coefficients: the graph's values (to
+    1e-12), same dims and coords; a row of a new group goes through the graph."""
     model, path = fitted
     loaded = fitting.load(path)
     rows = model.table.iloc[[0, 7, 20]].assign(rps=[0.0, 0.5, 1.0])
     new = rows.assign(verifier="llama-13b", verifier_params_b=13.0)
     assert loaded.known_parts(prepare(new)) is None
-    if model.variant not in ("hierarchical", "speculative"):
+    if model.variant not in KNOWN_PARTS:
         assert loaded.known_parts(prepare(rows)) is None
         return
-    assert set(loaded.known_parts(prepare(rows))) == {"C1", "C2"}
+    assert set(loaded.known_parts(prepare(rows))) == set(model.parts)
     fast = loaded.predict(rows)
-    monkeypatch.setattr(type(loaded), "known_parts", lambda self, rows: None)
+    monkeypatch.setattr(type(loaded), "known_parts", lambda self, rows, seed=0: None)
     slow = loaded.predict(rows)
     assert fast["C1"].dims == slow["C1"].dims and set(fast.coords) == set(slow.coords)
-    for name in ("C1", "C2", "latency", "capacity"):
+    for name in (*model.parts, "latency", "capacity"):
         np.testing.assert_allclose(fast[name], slow[name], rtol=1e-12)
     np.testing.assert_array_equal(fast["config"], slow["config"])
+
+
+@pytest.mark.parametrize("fitted", ["capacity"], indirect=True)
+def test_capacity_predicts_configurations_never_measured_as_its_graph_does(fitted,
+                                                                          monkeypatch):
+    """``capacity`` without its graph: a configuration never measured (another k, another
+    alpha) gets its group's compute time and queue factor times fresh log-normal deviations,
+    the graph's distribution (means and spreads of log C3, log Q over draws and
+    configurations agree within sampling error); the fitted configurations predicted in the
+    same call keep their posterior ``C3`` and ``Q`` on both paths (the graph once redrew the
+    fitted queue factors from their prior whenever a new configuration came along). The
+    groups' stage-1 queue factors, the new configurations' centre, are read from the file."""
+    model, path = fitted
+    loaded = fitting.load(path)
+    assert loaded._queue_factors is not None
+    pd.testing.assert_series_equal(loaded.queue_factors(), model.queue_factors(),
+                                   check_exact=True)
+    sd = model.table[(model.table["k"] > 0) & (model.table["strategy"] == "constant")]
+    fitted_rows = sd.loc[~prepare(sd)["config"].duplicated().to_numpy()].assign(rps=0.5)
+    setups = fitted_rows.loc[~prepare(fitted_rows)["draft"].duplicated().to_numpy()]
+    new = pd.concat([setups.assign(k=k, alpha=alpha) for k in (3, 5, 7)
+                     for alpha in (0.55, 0.65, 0.75, 0.85)], ignore_index=True)
+    rows = pd.concat([fitted_rows, new], ignore_index=True)
+    assert len(new) >= 24 and prepare(new)["config"].nunique() == len(new)
+    fast = loaded.predict(rows, seed=3)
+    monkeypatch.setattr(type(loaded), "known_parts", lambda self, rows, seed=0: None)
+    slow = loaded.predict(rows, seed=3)
+    alone = loaded.predict(fitted_rows, seed=3)
+    n = len(fitted_rows)
+    for name in ("C3", "Q"):
+        for pred in (fast, slow):
+            np.testing.assert_allclose(pred[name].isel(obs=slice(0, n)), alone[name],
+                                       rtol=1e-12)
+        a, b = (np.log(pred[name].isel(obs=slice(n, None))) for pred in (fast, slow))
+        spread = float(b.std())
+        assert spread > 0.05
+        assert abs(float(a.mean() - b.mean())) < 0.1 * spread
+        assert float(a.std()) == pytest.approx(spread, rel=0.1)
 
 
 def test_saved_fit_keeps_its_psis_loo_not_its_log_likelihood(fitted):
@@ -295,7 +337,8 @@ def test_saved_fit_keeps_its_psis_loo_not_its_log_likelihood(fitted):
 
 def test_loaded_fit_answers_decide_without_arviz_then_reads_the_rest(fitted, tmp_path):
     """What ``decide`` needs of a fit file written by ``bayeslat fit`` (load, its stored
-    convergence, prediction of fitted units) runs in a process that never imports ArviZ;
+    convergence, prediction of fitted units) runs in a process that never imports ArviZ nor
+    PyTensor;
     ``idata`` then holds every group the file has."""
     import subprocess
     import sys
@@ -316,11 +359,11 @@ rows = loaded.table.iloc[[0, 7]].assign(rps=[0.0, 0.5])
 known = loaded.known_parts(bayeslat.models.base.prepare(rows))
 if known is not None:
     loaded.predict(rows)
-print(known is not None, "arviz" in sys.modules)
+print(known is not None, "arviz" in sys.modules, "pytensor" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out == [str(model.variant in ("hierarchical", "speculative")), "False"]
+    assert out == [str(model.variant in KNOWN_PARTS), "False", "False"]
     loaded = fitting.load(path)
     assert loaded.posterior is not None and loaded.fitted
     expected = set(model.idata.groups()) - {"log_likelihood"} | {"psis_loo", "fit_data"}

@@ -31,9 +31,10 @@ Every input goes through ``pm.Data`` (dims ``obs``, or ``curve`` for those of a 
 :meth:`LatencyModel.predict` rebuilds the model on new rows and draws their coefficients from
 the posterior with ``pm.sample_posterior_predictive``, so a loaded fit predicts at new loads,
 acceptance rates and draft lengths (and, for the scaling variants, new lengths and model sizes).
-Where every unit of the new rows was fitted, the paper's scaling variants skip the graph
-(:meth:`LatencyModel.known_parts`): their parts are closed-form functions of the stored
-per-unit coefficients.
+Where every unit of the new rows was fitted, the paper's scaling variants and ``capacity`` skip
+the graph (:meth:`LatencyModel.known_parts`): their parts are closed-form functions of the
+stored per-unit coefficients (and, for a configuration ``capacity`` never measured, of fresh
+log-normal deviations, drawn with NumPy as the graph would draw them).
 """
 
 from __future__ import annotations
@@ -438,10 +439,11 @@ class LatencyModel:
         """A feasible start: values (constrained space) of the free variables."""
         raise NotImplementedError
 
-    def known_parts(self, rows: pd.DataFrame) -> dict | None:
+    def known_parts(self, rows: pd.DataFrame, seed=0) -> dict | None:
         """The parts of ``rows`` computed from the stored posterior without PyMC, where the
-        variant can (:meth:`HierarchicalModel.known_parts`); None: predict through the model's
-        graph."""
+        variant can (:meth:`HierarchicalModel.known_parts`; ``seed`` for the fresh deviations
+        of configurations never measured, :meth:`CapacityModel.known_parts`); None: predict
+        through the model's graph."""
         return None
 
     def latency(self, parts: xr.Dataset, rows: pd.DataFrame) -> xr.DataArray:
@@ -674,7 +676,7 @@ class LatencyModel:
         if not self.fitted:
             raise FitError("the model is not fitted; call fit() or bayeslat.load() first")
         rows = prepare(new)
-        known = self.known_parts(rows)
+        known = self.known_parts(rows, seed)
         if known is not None:
             ds = xr.Dataset({name: value.transpose("chain", "draw", "obs")
                              for name, value in known.items()}).assign_coords(

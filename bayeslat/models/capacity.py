@@ -84,8 +84,11 @@ With ``Q → 0`` both reduce to the paper's model, which stays available as ``hi
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
+import xarray as xr
 
 from bayeslat import scaling, theory
 from bayeslat.models import start as st
@@ -144,13 +147,13 @@ def queue_shift(log_c3, log_top):
     log of the queue's wait at the top rate, which the top points pin whatever the wall's
     exact place (sampling it, not ``log Q``, takes the wall–queue ridge out of the sampler's
     way). Works on tensors and arrays; needs ``r·C3 < 1`` (the headroom transform's range)."""
-    import pytensor.tensor as pt
-
     # log ρ, kept below 0 for the forward draws of the prior, which know nothing of the
     # headroom transform (the sampler never leaves ρ < 1)
     if isinstance(log_c3, np.ndarray):
         a = np.minimum(log_c3 + log_top, -1e-9)
         return log_c3 + a - np.log(-np.expm1(a))
+    import pytensor.tensor as pt  # on use: its import is seconds of a decide
+
     a = pt.minimum(log_c3 + log_top, -1e-9)
     return log_c3 + a - pt.log1mexp(a)
 
@@ -197,22 +200,77 @@ class CapacityModel(HierarchicalModel):
         new_groups = pd.Index(curves["group"].to_numpy()[first]) if len(new) else pd.Index([])
         index = pm.Data("config_idx", cidx, dims=dim)
         tau_c3 = pm.Gamma("tau_C3", alpha=2.0, beta=2.0 / self.config.prior("tau_mean"))
-        log_c3 = self._per_config("C3", tau_c3, pt.log(compute), pt.log(
+        fitted_c3, log_c3 = self._per_config("C3", tau_c3, pt.log(compute), pt.log(
             theory.compute_coefficient(c["c3p"], c["c3v"], alpha, k, g))[first],
             transform=headroom_transform(log_top))
         # Q around its group's stage-1 value, sampled as the queue's wait at the top rate
         # (log Q + queue_shift); a new configuration of a group never measured gets the
-        # groups' mean, with their spread added
-        shift = queue_shift(log_c3[: len(self.configs)], log_top)
+        # groups' mean, with their spread added. The shift takes the fitted walls alone: were
+        # it a slice of all of them, the new walls' fresh draws would be its ancestors, and
+        # posterior prediction would redraw the fitted log_Q_top from its prior
+        shift = queue_shift(fitted_c3, log_top)
         groups = self.queue_factors()
         known = new_groups.isin(groups.index) if len(new) else np.zeros(0, bool)
         new_q = np.where(known, groups.reindex(new_groups).to_numpy(), groups.mean())
         spread = np.hypot(TAU_Q, groups.std(ddof=0) if len(groups) > 1 else 1.0)
-        log_q = self._per_config("Q", TAU_Q,
+        _, log_q = self._per_config("Q", TAU_Q,
                                  groups.reindex(self.rows.drop_duplicates("config")["group"])
                                  .to_numpy(), new_q, shift=shift,
                                  tau_new=np.where(known, TAU_Q, spread))
         return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.exp(log_q)[index]}
+
+    def known_parts(self, rows: pd.DataFrame, seed=0) -> dict | None:
+        """``C1``, ``C2``, ``C3``, ``Q`` of ``rows`` (:func:`~bayeslat.models.base.prepare`)
+        from the stored posterior, without building the model's graph, when every group and
+        drafter of ``rows`` was fitted (None otherwise). A fitted configuration gets its own
+        ``C3`` and ``Q``, the graph's values; one never measured gets its group's compute time
+        and stage-1 queue factor times fresh deviations ``exp(tau_C3·z)`` and
+        ``exp(TAU_Q·z)``, one ``z`` per draw and configuration (seeded by ``seed``): the
+        graph's distribution, not its random numbers."""
+        index = self.fitted_units(rows)
+        if index is None:
+            return None
+        post = self.posterior
+        out = self.parts_of(post, rows, *index)
+        labels = rows["config"].reset_index(drop=True)
+        cidx, new = unit_index(labels, self.configs)
+        fitted = xr.DataArray(np.minimum(cidx, len(self.configs) - 1), dims="obs")
+        log_c3 = post["log_C3"].isel(config=fitted).drop_vars("config")
+        log_top = xr.DataArray(np.log(self.top_rates()), dims="config").isel(config=fitted)
+        log_q = post["log_Q_top"].isel(config=fitted).drop_vars("config") - xr.apply_ufunc(
+            queue_shift, log_c3, log_top)
+        if len(new):
+            # one deviation per draw and new configuration, shared by its rows
+            z = np.random.default_rng(seed).standard_normal(
+                (2, post.sizes["chain"], post.sizes["draw"], len(new)))
+            pick = xr.DataArray(np.maximum(cidx - len(self.configs), 0), dims="obs")
+            z_c3, z_q = (xr.DataArray(one, dims=("chain", "draw", "new")).isel(new=pick)
+                         for one in z)
+            gidx = xr.DataArray(index[0], dims="obs")
+            column = {name: xr.DataArray(rows[name].to_numpy(float), dims="obs")
+                      for name in ("alpha0", "k", "decode_tokens")}
+            compute = theory.compute_coefficient(
+                post["c3p"].isel(group=gidx), post["c3v"].isel(group=gidx), column["alpha0"],
+                column["k"], column["decode_tokens"]).drop_vars("group")
+            queue = xr.DataArray(self.queue_factors().reindex(rows["group"]).to_numpy(),
+                                 dims="obs")
+            is_new = xr.DataArray(cidx >= len(self.configs), dims="obs")
+            log_c3 = xr.where(is_new, np.log(compute) + post["tau_C3"] * z_c3, log_c3)
+            log_q = xr.where(is_new, queue + TAU_Q * z_q, log_q)
+        return out | {"C3": np.exp(log_c3), "Q": np.exp(log_q)}
+
+    def attrs(self) -> dict[str, str]:
+        """The base's, and the stage-1 queue factors (:meth:`queue_factors`): part of the
+        prior, and seconds to recompute, so a loaded fit reads them (:meth:`from_file`)."""
+        return super().attrs() | {"queue_factors": json.dumps(self.queue_factors().to_dict())}
+
+    @classmethod
+    def from_file(cls, path, groups):
+        model = super().from_file(path, groups)
+        stored = groups["posterior"].attrs.get("queue_factors")
+        if stored is not None:
+            model._queue_factors = pd.Series(json.loads(stored), dtype=float)
+        return model
 
     def top_rates(self) -> np.ndarray:
         """Each fitted configuration's highest measured rate (req/s), in :attr:`configs` order."""
@@ -242,9 +300,9 @@ class CapacityModel(HierarchicalModel):
                     tau_new=None):
         r"""``log_<name> ~ N(log_fitted, tau)`` per fitted configuration, then
         ``log_new + tau_new·z`` per configuration never measured (dim ``new_config``;
-        ``tau_new`` None: ``tau``): the log values, concatenated. With ``shift``, the variable
-        sampled is ``log_<name> + shift`` (named ``log_<name>_top``), a change of location with
-        unit Jacobian."""
+        ``tau_new`` None: ``tau``): the fitted configurations' log values, and all of them
+        concatenated. With ``shift``, the variable sampled is ``log_<name> + shift`` (named
+        ``log_<name>_top``), a change of location with unit Jacobian."""
         import pymc as pm
         import pytensor.tensor as pt
 
@@ -254,11 +312,11 @@ class CapacityModel(HierarchicalModel):
         else:
             log_value = pm.Normal(f"log_{name}_top", mu=log_fitted + shift, sigma=tau,
                                   dims="config") - shift
-        if "new_config" in pm.modelcontext(None).coords:
-            z = pm.Normal(f"new_z_{name}", 0.0, 1.0, dims="new_config")
-            log_value = pt.concatenate([log_value, log_new + (tau if tau_new is None
-                                                              else tau_new) * z])
-        return log_value
+        if "new_config" not in pm.modelcontext(None).coords:
+            return log_value, log_value
+        z = pm.Normal(f"new_z_{name}", 0.0, 1.0, dims="new_config")
+        return log_value, pt.concatenate([log_value, log_new + (tau if tau_new is None
+                                                                else tau_new) * z])
 
     def _group_compute(self, values):
         """Each fitted configuration's group compute time ``C3`` from the per-group ``c3p``,

@@ -143,21 +143,24 @@ class HierarchicalModel(LatencyModel):
                                                data["k"], data["decode_tokens"])
         return {"C1": c1, "C2": c2}
 
-    def known_parts(self, rows: pd.DataFrame) -> dict | None:
+    def known_parts(self, rows: pd.DataFrame, seed=0) -> dict | None:
         """``C1``, ``C2`` of ``rows`` (:func:`~bayeslat.models.base.prepare`) from the stored
         per-unit coefficients, when every group and drafter of ``rows`` was fitted: the same
         values the model's graph computes, without building or compiling it. None when a unit
         was never measured (its deviation is a fresh draw of the model) or the variant has
-        parts beyond the paper's two."""
-        if self.parts != ("C1", "C2"):
-            return None
+        other parts (:mod:`~bayeslat.models.moe`; :mod:`~bayeslat.models.capacity` has its
+        own). ``seed`` is unused: nothing is drawn."""
+        index = self.fitted_units(rows) if self.parts == ("C1", "C2") else None
+        return None if index is None else self.parts_of(self.posterior, rows, *index)
+
+    def fitted_units(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each row's position among the fitted groups and drafters (:meth:`parts_of`), or
+        None when ``rows`` bring a group or drafter the fit never saw."""
         sd = (rows["k"] > 0).to_numpy()
         gidx, new_groups = unit_index(rows["group"], self.units["group"].index)
         didx = np.zeros(len(rows), dtype=int)
         didx[sd], new_drafts = unit_index(rows.loc[sd, "draft"], self.units["draft"].index)
-        if len(new_groups) or len(new_drafts):
-            return None
-        return self.parts_of(self.posterior, rows, gidx, didx)
+        return None if len(new_groups) or len(new_drafts) else (gidx, didx)
 
     def positions(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """Each row's position among the fitted groups and among the fitted drafters (0 for a
