@@ -820,14 +820,15 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     Columns: ``extrapolated`` (outside what was measured), ``k_neutral``, ``k_risk``, and for
     the k of ``policy`` (``"risk"`` or ``"neutral"``) its speedup median and 90% interval,
     ``P(SD hurts)``, expected regret (over the draws where it is unsaturated) and
-    ``p_saturated``; ``p_valid`` (share of draws with an unsaturated baseline). Where no k is
-    chosen (every k saturates too often) the chosen k's columns are NaN.
+    ``p_saturated``; ``p_valid`` (share of draws with an unsaturated baseline);
+    ``p_sd_hurts_neutral``, the ``P(SD hurts)`` of the risk-neutral k (where the two policies
+    differ, what kept the risk-aware one off it). Where no k is chosen (every k saturates too
+    often) the chosen k's columns are NaN.
     """
     chosen = ds[f"k_{policy}"]
-    at = {"k": chosen.fillna(0).astype(int)}
 
-    def pick(da):
-        return da.sel(at).drop_vars("k").where(chosen.notnull())
+    def pick(da, k=chosen):
+        return da.sel(k=k.fillna(0).astype(int)).drop_vars("k").where(k.notnull())
 
     spd = pick(ds["speedup"])
     table = xr.Dataset({
@@ -838,6 +839,7 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
         "speedup_q95": spd.sel(stat="q95", drop=True),
         "p_sd_hurts": pick(ds["p_sd_hurts"]), "regret": pick(ds["regret"]),
         "p_saturated": pick(ds["p_saturated"]), "p_valid": ds["p_valid"],
+        "p_sd_hurts_neutral": pick(ds["p_sd_hurts"], ds["k_neutral"]),
     })
     out = table.to_dataframe().reset_index()[["setup", "alpha", "rps", *table.data_vars]]
     out["extrapolated"] = out["extrapolated"].astype(bool)

@@ -94,6 +94,32 @@ def test_risk_aware_never_larger_and_sometimes_smaller():
         assert (aware < neutral).any()
 
 
+def test_decision_table_says_what_kept_the_risk_aware_k_off_the_neutral_one():
+    """Where the policies differ, the table carries the risk-neutral k's P(SD hurts), above
+    epsilon (that is why), and ``decide``'s note says so."""
+    from bayeslat.cli.decide import _decision_cells
+
+    rng = np.random.default_rng(1)
+    n = 2000
+    coords = {"sample": np.arange(n), "k": KS}
+    c1 = xr.DataArray(np.array(C1) * np.exp(rng.normal(0, 0.03, (n, 3))), dims=("sample", "k"),
+                      coords=coords)
+    c2 = xr.DataArray(np.array(C2) * np.exp(rng.normal(0, [0.02, 0.05, 0.25], size=(n, 3))),
+                      dims=("sample", "k"), coords=coords)
+    ds = decide.analyse(c1, c2, np.linspace(0, 12, 25)).expand_dims(setup=["s"], alpha=[0.7])
+    table = decide.decision_table(ds)
+    differ = table["k_neutral"] != table["k_risk"]
+    assert differ.any() and (~differ).any()
+    hurts = ds["p_sd_hurts"].sel(setup="s", alpha=0.7)
+    want = [hurts.sel(k=int(r.k_neutral), rps=r.rps).item() for r in table.itertuples()]
+    np.testing.assert_array_equal(table["p_sd_hurts_neutral"], want)
+    assert (table.loc[differ, "p_sd_hurts_neutral"] > 0.05).all()
+    for r in table.itertuples():
+        note = _decision_cells(r, 0.05)[-1]
+        assert note == (f"k {int(r.k_neutral)}: P(hurts) {r.p_sd_hurts_neutral:.2f}"
+                        if r.k_neutral != r.k_risk else "")
+
+
 def test_stack_draws_and_summary_dims():
     da = xr.DataArray(np.random.default_rng(0).normal(size=(2, 30, 3)),
                       dims=("chain", "draw", "k"), coords={"k": KS})

@@ -150,14 +150,19 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
               f"capacity (neither policy picks a k above {max_saturated:g}); extrapolated = "
               "past the highest measured load; RPS* shown where it exists in most draws; "
               "alert = load below which SD hurts with only 5% probability; beyond capacity = "
-              "above the measured ceiling.", highlight=False)
+              "above the measured ceiling; note 'k N: P(hurts) p' = the risk-neutral k, kept "
+              "out of the risk-aware choice by that probability.", highlight=False)
 
 
 def _decision_cells(r, max_saturated):
-    """speedup, band, P(hurts), regret, P(sat) and note of one decision row."""
+    """speedup, band, P(hurts), regret, P(sat) and note of one decision row: why the
+    baseline's draws are missing, or why the risk-aware k is not the risk-neutral one."""
     if np.isnan(r.k_risk):
         return ("saturated", "", "", "", "", "all k saturated")
-    note = "no-SD saturated" if r.p_valid < 0.5 else ""
+    notes = ["no-SD saturated"] if r.p_valid < 0.5 else []
+    if np.isfinite(r.k_neutral) and r.k_neutral != r.k_risk:
+        notes.append(f"k {int(r.k_neutral)}: P(hurts) {r.p_sd_hurts_neutral:.2f}")
+    note = "; ".join(notes)
     if not np.isfinite(r.speedup):
         return ("–", "", f"{r.p_sd_hurts:.2f}", _num(r.regret, ".1%"), f"{r.p_saturated:.2f}",
                 note)
