@@ -214,9 +214,9 @@ class CapacityModel(HierarchicalModel):
         new_q = np.where(known, groups.reindex(new_groups).to_numpy(), groups.mean())
         spread = np.hypot(TAU_Q, groups.std(ddof=0) if len(groups) > 1 else 1.0)
         _, log_q = self._per_config("Q", TAU_Q,
-                                 groups.reindex(self.rows.drop_duplicates("config")["group"])
-                                 .to_numpy(), new_q, shift=shift,
-                                 tau_new=np.where(known, TAU_Q, spread))
+                                    groups.reindex(self.rows.drop_duplicates("config")["group"])
+                                    .to_numpy(), new_q, shift=shift,
+                                    tau_new=np.where(known, TAU_Q, spread))
         return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.exp(log_q)[index]}
 
     def known_parts(self, rows: pd.DataFrame, seed=0) -> dict | None:
