@@ -21,19 +21,30 @@ def jobs_for(jobs: int | None, items: int) -> int:
 
 
 def fork_map(fn: Callable[[Any, Any], Any], items: Sequence, shared: Any = None,
-             jobs: int | None = None) -> list:
+             jobs: int | None = None, each: Callable[[int], None] | None = None) -> list:
     """``[fn(item, shared) for item in items]``, in :func:`jobs_for` processes forked from this
     one, in order.
 
     ``shared`` reaches the workers through the fork, unpickled; each item and result is
     pickled. Where the platform cannot fork, or with one job, the calls run here, one at a
-    time. A worker's exception is raised here.
+    time. A worker's exception is raised here. ``each``, if given, is called here with the
+    index of each result as it arrives (in order): a progress report.
     """
     n = jobs_for(jobs, len(items))
     if n < 2 or not _can_fork():
-        return [fn(item, shared) for item in items]
+        results = (fn(item, shared) for item in items)
+        return _reported(results, each)
     with _forked(n, (fn, shared)) as pool:
-        return list(pool.map(_call, items))
+        return _reported(pool.map(_call, items), each)
+
+
+def _reported(results, each) -> list:
+    out = []
+    for result in results:
+        out.append(result)
+        if each is not None:
+            each(len(out) - 1)
+    return out
 
 
 def beside(there: Callable[[], Any], here: Callable[[], Any],

@@ -63,6 +63,7 @@ saturation.
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -72,7 +73,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import adequacy, calibration, decide, theory
+from bayeslat import adequacy, calibration, decide, parallel, theory
 from bayeslat.data import schema
 from bayeslat.errors import InputError
 from bayeslat.files import atomic_output
@@ -93,6 +94,11 @@ RPS_STAR_TOLERANCE = 0.10
 # Where a calibrated model's held-out points lie inside their 90% intervals (as the adequacy
 # check of `bayeslat fit` reads in-sample coverage).
 COVERAGE_90 = (0.85, 0.95)
+# Folds refitted at a time, the second process a compile behind the first: one's compile,
+# which runs on one core, overlaps the other's chains (the example's k and alpha folds and the
+# whole sweep's fit on 2 cores: 433 s, against 578 s one at a time and 540 s started together;
+# benchmarks/validate_times.py).
+FOLD_JOBS = 2
 
 
 @dataclass(frozen=True)
@@ -529,7 +535,8 @@ def check(table: pd.DataFrame, variant: str, splits) -> list[Fold]:
 
 
 def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: int = 0,
-        status=None, decisions: bool = True, sbc_fits: int = 100, **sampler) -> Validation:
+        status=None, decisions: bool = True, sbc_fits: int = 100, jobs: int = FOLD_JOBS,
+        **sampler) -> Validation:
     """Refit ``variant`` once per fold of each split and score its held-out predictions.
 
     Parameters
@@ -549,6 +556,11 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     sbc_fits
         Refits of the ``sbc`` check (:func:`bayeslat.calibration.run`; its own sampler
         settings).
+    jobs
+        Folds refitted at a time, each in a process forked from this one after the whole
+        sweep's fit (at most one per core; 1: one after the other, here), the second started
+        one compile of that fit later. The results do not depend on it: every fit is seeded,
+        and its sampler stops at the same checkpoint whatever the machine's load.
     sampler
         Passed to :func:`bayeslat.models.sampling.sample` (``draws``, ``tune``, ``chains``,
         ``sampler``, ``exact``, ``progressbar``).
@@ -574,22 +586,40 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
             elpd = psis_loo(full.idata)
             loo = loo_figures(elpd) | full_diag
         loads = decide.default_loads(full, decide.setups(table), seed=seed) if decisions else {}
-    points, rows, cells = [], [], []
-    for i, one in enumerate(todo):
-        say(f"{variant}, fold {i + 1} of {len(todo)}: {one.split}, without {one.held_out}")
+
+    def fold(item: tuple[int, Fold], _shared):
+        """The fold's held-out points, its row of figures and its decision cells."""
+        i, one = item
+        if i == 1 and jobs > 1:
+            # the second process starts a compile later, so that each one's compile (one
+            # core) overlaps the other's sampling rather than its compile
+            time.sleep(stagger)
         model, diag = fitted(table[~one.drop])
         test = table[one.scored(table)].reset_index(drop=True)
         held = adequacy.held_out(model, test, seed).assign(
             split=one.split, held_out=one.held_out, point_fit=point_fit(model.source, test),
             coef_fit=coefficient_fit(model.source, test))
-        points.append(held)
-        decided = {}
+        decided, compared = {}, None
         if decisions:
             decided, compared = decision_score(decision_cells(model, table, one, loads, seed),
                                                decision_cells(full, table, one, loads, seed))
-            cells.append(compared.assign(split=one.split, held_out=one.held_out))
-        rows.append({"split": one.split, "held_out": one.held_out} | score(held) | decided
-                    | diag)
+            compared = compared.assign(split=one.split, held_out=one.held_out)
+        return held, ({"split": one.split, "held_out": one.held_out} | score(held) | decided
+                      | diag), compared
+
+    jobs = parallel.jobs_for(min(jobs, os.cpu_count() or 1), len(todo))
+    if jobs > 1:
+        sampler["progressbar"] = False  # the folds' bars would overwrite each other
+    if todo:
+        say(f"{variant}: {len(todo)} folds, {jobs} at a time")
+    stagger = (json.loads(full.idata.posterior.attrs.get("sampler", "{}")).get("compile_s", 0.0)
+               if full is not None else 0.0)
+    done = parallel.fork_map(fold, list(enumerate(todo)), jobs=jobs, each=lambda i: say(
+        f"{variant}: fold {i + 1} of {len(todo)} done ({todo[i].split}, without "
+        f"{todo[i].held_out})"))
+    points = [held for held, _, _ in done]
+    rows = [row for _, row, _ in done]
+    cells = [compared for _, _, compared in done if compared is not None]
     sbc = None
     if SBC in splits:
         say(f"{variant}: simulation-based calibration, {sbc_fits} refits of prior draws")

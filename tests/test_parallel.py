@@ -16,6 +16,14 @@ def test_fork_map_keeps_the_order_and_shares_its_input_unpickled():
     assert os.getpid() not in {pid for _, pid in out}
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_fork_map_reports_each_result_in_order_as_it_arrives(jobs):
+    seen = []
+    out = parallel.fork_map(lambda item, _: item * 3, range(5), jobs=jobs,
+                            each=lambda i: seen.append((i, len(seen))))
+    assert out == [0, 3, 6, 9, 12] and seen == [(i, i) for i in range(5)]
+
+
 def test_fork_map_with_one_job_runs_here():
     out = parallel.fork_map(lambda item, _: os.getpid(), range(3), jobs=1)
     assert set(out) == {os.getpid()}

@@ -204,6 +204,21 @@ def test_run_scores_every_fold_and_writes_its_json(table, tmp_path, mocked):
         validate.write_json(path, [result])
 
 
+def test_folds_refitted_two_at_a_time_give_what_one_at_a_time_gives(table, mocked):
+    statuses = []
+    kwargs = dict(sampler="pymc", draws=10, chains=2, progressbar=False)
+    one = validate.run(table, "hierarchical", ["k", "alpha"], jobs=1, **kwargs)
+    two = validate.run(table, "hierarchical", ["k", "alpha"], jobs=2, status=statuses.append,
+                       **kwargs)
+    assert list(two.folds["held_out"]) == ["k = 2", "k = 4", "alpha 0.6", "alpha 0.9"]
+    pd.testing.assert_frame_equal(one.points, two.points)
+    pd.testing.assert_frame_equal(one.decisions, two.decisions)
+    pd.testing.assert_frame_equal(one.folds.drop(columns="seconds"),
+                                  two.folds.drop(columns="seconds"))
+    assert "hierarchical: 4 folds, 2 at a time" in statuses
+    assert statuses[-1] == "hierarchical: fold 4 of 4 done (alpha, without alpha 0.9)"
+
+
 def test_each_fold_s_decisions_are_scored_against_the_whole_sweep_s(table, mocked):
     result = validate.run(table, "hierarchical", ["alpha"], sampler="pymc", draws=20,
                           chains=2, progressbar=False)

@@ -41,6 +41,9 @@ def command(
     exact: bool = options.EXACT,
     sbc_fits: int = typer.Option(100, "--sbc-fits", min=10, help="Refits of the sbc check "
                                  "(about 10 s each on 2 cores, after one compile)."),
+    jobs: int = typer.Option(2, "--jobs", min=1, help="Folds refitted at a time, each in its "
+                             "own process (at most one per core; 1: one after the other). "
+                             "The figures do not depend on it."),
 ) -> None:
     """Held-out prediction: for each fold of each split, refit the model without the fold's
     rows and predict them; print MAPE and R² of the predictive median and the share of the
@@ -86,7 +89,7 @@ def command(
                 table, variant, splits, config=cfg, seed=seed,
                 status=lambda msg: status.update(escape(msg)), draws=draws, tune=tune,
                 chains=chains, sampler=sampler, exact=exact, progressbar=True,
-                sbc_fits=sbc_fits))
+                sbc_fits=sbc_fits, jobs=jobs))
     for result in results:
         for name in splits:
             if name not in (validate.LOO, validate.SBC):
