@@ -289,11 +289,12 @@ def _point_score(points: pd.DataFrame, method: str) -> dict:
             f"{method}_saturated": int(np.isinf(pred).sum())}
 
 
-def decision_cells(model, table: pd.DataFrame, fold: Fold, loads: dict,
+def decision_cells(model, table: pd.DataFrame, held: np.ndarray, loads: dict,
                    seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The decisions of ``model`` on the held-out part of ``fold``: the setups and acceptance
-    rates of its SD rows (every measured k to choose from), on each setup's load grid
-    ``loads`` (:func:`bayeslat.decide.default_loads` of the whole sweep's fit).
+    """The decisions of ``model`` on the rows ``held`` (bool per row of ``table``: a fold's
+    held-out part): the setups and acceptance rates of its SD rows (every measured k to
+    choose from), on each setup's load grid ``loads`` (:func:`bayeslat.decide.default_loads`
+    of the whole sweep's fit).
 
     Returns
     -------
@@ -302,7 +303,7 @@ def decision_cells(model, table: pd.DataFrame, fold: Fold, loads: dict,
     of RPS* with the share of draws in which it exists (``p_break_even``) per
     (setup, alpha, k > 0).
     """
-    held = table[fold.drop & (table["k"] > 0).to_numpy()]
+    held = table[held & (table["k"] > 0).to_numpy()]
     alphas = np.sort(held["alpha"].unique())
     ks = np.sort(table.loc[table["k"] > 0, "k"].unique()).astype(int)
     k_star, rps_star = [], []
@@ -319,11 +320,12 @@ def decision_cells(model, table: pd.DataFrame, fold: Fold, loads: dict,
 
 def decision_score(fold_cells, full_cells) -> tuple[dict, pd.DataFrame]:
     """How the decisions of a fit without the fold (``fold_cells``, :func:`decision_cells`)
-    agree with the whole sweep's (``full_cells``): the share of (setup, alpha, load) cells
-    with the same k*, and the regret of the fold's k* where it differs (its expected latency
-    over that of the whole sweep's k*, both by the whole sweep's fit, minus 1: near-ties cost
-    little), and the share of RPS* pairs (both existing in most draws) within
-    :data:`RPS_STAR_TOLERANCE`; also how often the two agree on whether RPS* exists.
+    agree with the whole sweep's (``full_cells``, at those cells and maybe more): the share of
+    (setup, alpha, load) cells with the same k*, and the regret of the fold's k* where it
+    differs (its expected latency over that of the whole sweep's k*, both by the whole sweep's
+    fit, minus 1: near-ties cost little), and the share of RPS* pairs (both existing in most
+    draws) within :data:`RPS_STAR_TOLERANCE`; also how often the two agree on whether RPS*
+    exists.
 
     Returns the scores and the cells, one row per compared quantity (``kind`` ``k_star`` or
     ``rps_star``, the fold's and the full fit's values, whether they agree, and the regret
@@ -569,23 +571,27 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     todo = check(table, variant, splits)
     say = status or (lambda message: None)
 
-    def fitted(rows: pd.DataFrame):
+    def fitted(rows: pd.DataFrame, log_likelihood: bool = False):
         model = get(variant)(rows.reset_index(drop=True), config)
         clock = time.perf_counter()
-        sampling.sample(model, seed=seed, **sampler)
+        # the pointwise log-likelihood is for PSIS-LOO only; the folds predict
+        sampling.sample(model, seed=seed, log_likelihood=log_likelihood, **sampler)
         diag = sampling.diagnostics(model.idata, time.perf_counter() - clock)
         return model, {"converged": bool(diag.converged), "max_rhat": diag.max_rhat,
                        "min_ess_bulk": diag.min_ess_bulk, "divergences": diag.divergences,
                        "seconds": round(diag.seconds, 1)}
 
-    loo = elpd = full = None
+    loo = elpd = full = full_cells = None
     if LOO in splits or (decisions and todo):
         say(f"{variant}: the whole sweep (PSIS-LOO, the decisions held-out fits are scored on)")
-        full, full_diag = fitted(table)
+        full, full_diag = fitted(table, log_likelihood=LOO in splits)
         if LOO in splits:
             elpd = psis_loo(full.idata)
             loo = loo_figures(elpd) | full_diag
-        loads = decide.default_loads(full, decide.setups(table), seed=seed) if decisions else {}
+        if decisions and todo:
+            loads = decide.default_loads(full, decide.setups(table), seed=seed)
+            # every setup and alpha, once: each fold is scored on the cells of its held-out part
+            full_cells = decision_cells(full, table, (table["k"] > 0).to_numpy(), loads, seed)
 
     def fold(item: tuple[int, Fold], _shared):
         """The fold's held-out points, its row of figures and its decision cells."""
@@ -601,8 +607,8 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
             coef_fit=coefficient_fit(model.source, test))
         decided, compared = {}, None
         if decisions:
-            decided, compared = decision_score(decision_cells(model, table, one, loads, seed),
-                                               decision_cells(full, table, one, loads, seed))
+            decided, compared = decision_score(
+                decision_cells(model, table, one.drop, loads, seed), full_cells)
             compared = compared.assign(split=one.split, held_out=one.held_out)
         return held, ({"split": one.split, "held_out": one.held_out} | score(held) | decided
                       | diag), compared

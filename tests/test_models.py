@@ -316,6 +316,16 @@ def test_capacity_predicts_configurations_never_measured_as_its_graph_does(fitte
         assert float(a.std()) == pytest.approx(spread, rel=0.1)
 
 
+def test_a_fit_that_only_predicts_skips_the_log_likelihood(mocked):
+    model = get("hierarchical")(table("hierarchical"))
+    sampling.sample(model, draws=12, chains=2, sampler="pymc", progressbar=False,
+                    log_likelihood=False)
+    assert "log_likelihood" not in model.idata.groups()
+    assert {"posterior", "observed_data", "constant_data"} <= set(model.idata.groups())
+    pred = model.predict(model.rows.head(3))
+    assert pred["latency"].sizes == {"chain": 2, "draw": 12, "obs": 3}
+
+
 def test_saved_fit_keeps_its_psis_loo_not_its_log_likelihood(fitted):
     """The file stores the pointwise elpd and Pareto k (one value per row) in place of the
     log-likelihood (one per draw and row); the PSIS-LOO read back is the one computed."""

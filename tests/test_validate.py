@@ -238,6 +238,23 @@ def test_each_fold_s_decisions_are_scored_against_the_whole_sweep_s(table, mocke
     assert split["k_cells"] == 2 * 4 * 12
 
 
+def test_the_whole_sweep_s_decisions_are_computed_once_for_every_fold(table, mocked,
+                                                                      monkeypatch):
+    calls = []
+    original = validate.decision_cells
+
+    def counted(model, table, held, loads, seed=0):
+        calls.append(int(held.sum()))
+        return original(model, table, held, loads, seed)
+
+    monkeypatch.setattr(validate, "decision_cells", counted)
+    validate.run(table, "hierarchical", ["k"], sampler="pymc", draws=10, chains=2,
+                 progressbar=False, jobs=1)
+    folds = validate.folds(table, "k")
+    # the whole sweep's at every SD row, then one per fold at its own rows
+    assert calls == [int((table["k"] > 0).sum())] + [int(f.drop.sum()) for f in folds]
+
+
 def test_decision_score_counts_agreeing_cells_and_rps_star_within_tolerance():
     k_fold = pd.DataFrame({"setup": ["a"] * 4, "alpha": [0.6] * 4, "rps": [0.0, 1.0, 2.0, 3.0],
                            "k_risk": [4, 4, 2, 0]})

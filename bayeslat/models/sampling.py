@@ -217,13 +217,15 @@ def _jitter_vars(model):
 
 def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | None = None,
            seed: int = 0, sampler: str = "nutpie", progressbar: bool = True,
-           cores: int | None = None, target_accept: float = TARGET_ACCEPT, exact: bool = False):
+           cores: int | None = None, target_accept: float = TARGET_ACCEPT, exact: bool = False,
+           log_likelihood: bool = True):
     """Sample the posterior of ``model`` (a :class:`~bayeslat.models.base.LatencyModel`).
 
     A start whose log density is not finite raises :class:`~bayeslat.errors.NumericalError`
     naming the terms (:meth:`LatencyModel.check_start`; with nutpie only when its own start
     fails, where a jittered start is retried without the jitter). The
-    pointwise log-likelihood is added for PSIS-LOO, and the sampler settings go into the
+    pointwise log-likelihood is added for PSIS-LOO unless ``log_likelihood`` is False (a
+    refit that only predicts: 2.3 s of the example's fit), and the sampler settings go into the
     posterior's attrs. ``target_accept`` above the default takes smaller steps, for posteriors
     whose tails (a few groups' spread) diverge at the default. Variants with the paper's curve
     sample the fast likelihood of curve summaries (:mod:`bayeslat.models.summary`; ``nu``
@@ -311,7 +313,7 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
         for group in ("observed_data", "constant_data"):
             if group in idata.groups():
                 delattr(idata, group)
-    _complete(idata, pm_model)
+    _complete(idata, pm_model, log_likelihood)
     idata.posterior.attrs["sampler"] = json.dumps(
         {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains, "seed": seed,
          "target_accept": target_accept, "cores": os.cpu_count() or 1}
@@ -437,8 +439,9 @@ def _numpyro() -> None:
                        "sampler='nutpie' in Python)") from None
 
 
-def _complete(idata, pm_model) -> None:
-    """Add what a sampler left out: observed and constant data, the log-likelihood."""
+def _complete(idata, pm_model, log_likelihood: bool = True) -> None:
+    """Add what a sampler left out: observed and constant data, the log-likelihood (if
+    ``log_likelihood``)."""
     import pymc as pm
     from pymc.backends.arviz import find_constants, find_observations
 
@@ -450,7 +453,7 @@ def _complete(idata, pm_model) -> None:
             ds = xr.Dataset({n: xr.DataArray(np.asarray(v), dims=dims.get(n)) for n, v in
                              found.items()}).assign_coords(obs=coords["obs"])
             idata.add_groups({group: ds})
-    if "log_likelihood" not in idata.groups():
+    if log_likelihood and "log_likelihood" not in idata.groups():
         # latency rows only: PSIS-LOO compares variants on the same observations, and the
         # capacity variants' measured ceilings are data the paper's variants do not model
         pm.compute_log_likelihood(idata, var_names=["log_latency"], model=pm_model,
