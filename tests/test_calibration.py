@@ -108,15 +108,17 @@ def test_a_design_no_prior_draw_serves_is_refused():
 def test_a_refit_of_the_compiled_model_is_the_fit_of_its_own_data(model, drawn):
     """The Refitter's swapped data take effect: its posterior of a replicate matches a fresh
     fit of that replicate, and a table of another design is refused."""
-    from bayeslat.models.sampling import Refitter, sample
+    from bayeslat.models.sampling import TUNE, Refitter, sample
 
     truth, _ = drawn
     table = calibration.design(SMALL)
-    refit = Refitter(model, tune=300, draws=500)
+    # tuned as a fit is: at 300 tuning steps one chain of replicate 5 (seed 1) stuck, every
+    # draw divergent, on an Intel Xeon (2026-12-03)
+    refit = Refitter(model, tune=TUNE, draws=500)
     replicate = get("hierarchical")(calibration.with_latency(table, truth["log_latency"][5]))
     warm = refit.sample(replicate, seed=1).posterior
     fresh = get("hierarchical")(calibration.with_latency(table, truth["log_latency"][5]))
-    cold = sample(fresh, chains=2, tune=300, draws=500, seed=2, progressbar=False,
+    cold = sample(fresh, chains=2, tune=TUNE, draws=500, seed=2, progressbar=False,
                   exact=True).posterior
     for name in ("sigma", "beta_c1v", "c2v"):
         a, b = warm[name], cold[name]
