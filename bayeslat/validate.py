@@ -303,11 +303,11 @@ def decision_cells(model, table: pd.DataFrame, held: np.ndarray, loads: dict,
     of RPS* with the share of draws in which it exists (``p_break_even``) per
     (setup, alpha, k > 0).
     """
-    held = table[held & (table["k"] > 0).to_numpy()]
-    alphas = np.sort(held["alpha"].unique())
+    sd_rows = table[held & (table["k"] > 0).to_numpy()]
+    alphas = np.sort(sd_rows["alpha"].unique())
     ks = np.sort(table.loc[table["k"] > 0, "k"].unique()).astype(int)
     k_star, rps_star = [], []
-    for ds in decide.each_setup(model, decide.setups(held), alphas, ks, loads, seed=seed):
+    for ds in decide.each_setup(model, decide.setups(sd_rows), alphas, ks, loads, seed=seed):
         latency = ds["expected_latency"].to_series().unstack("k").add_prefix("latency_k")
         k_star.append(ds["k_risk"].to_dataframe().join(latency).reset_index())
         star = xr.merge([ds["rps_star"].sel(stat="q50", drop=True), ds["p_break_even"]])

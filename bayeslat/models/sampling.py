@@ -439,7 +439,7 @@ def _numpyro() -> None:
                        "sampler='nutpie' in Python)") from None
 
 
-def _complete(idata, pm_model, log_likelihood: bool = True) -> None:
+def _complete(idata, pm_model, log_likelihood: bool) -> None:
     """Add what a sampler left out: observed and constant data, the log-likelihood (if
     ``log_likelihood``)."""
     import pymc as pm
