@@ -191,7 +191,8 @@ class Fit:
             Predict the chosen setups at another prompt or output length (tokens) or model
             size (1e9 parameters): a setup never measured, every load extrapolated.
         risk
-            Largest acceptable P(SD slower than no SD) for the risk-aware choice.
+            The risk-aware choice has the lowest latency at probability ``1 − risk`` (the
+            true latency's posterior ``1 − risk`` quantile).
         max_saturated
             Largest share of draws in which a chosen k may be past its capacity.
         seed

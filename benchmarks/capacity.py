@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/capacity.py [--part example,holdout,llmd,sampler,engine]
                                             [--variants hierarchical,capacity] [--chains 4]
                                             [--draws 1000] [--seed 0]
+                                            [--engine dense-8b-h100:3]
 
 Parts (all by default; each fit's wall time, convergence and divergences are printed with it):
 
@@ -19,10 +20,11 @@ Parts (all by default; each fit's wall time, convergence and divergences are pri
 - ``sampler``: data drawn from the paper's model itself (the model sampler, no wall): PSIS-LOO
   of each variant, to show that the capacity model loses nothing there.
 - ``engine``: engine-simulator data of a preset and seed the example does not use
-  (``dense-8b-h100`` at seed 3, one drafter): the last variant's 90% speedup bands against
-  the simulator's long-run truth (benchmarks of 8x the requests) at loads up to each setup's
-  highest measured baseline rate, as ``decide`` gives them (with the likelihood's
-  discrepancy), and the regret of the risk-aware k there.
+  (``--engine PRESET:SEED``, ``dense-8b-h100:3`` by default; the preset's first deployment,
+  one drafter): the last variant's 90% speedup bands against the simulator's long-run truth
+  (benchmarks of 8x the requests) at loads up to each setup's highest measured baseline
+  rate, as ``decide`` gives them (with the likelihood's discrepancy), and the regret of the
+  risk-aware and the risk-neutral k there.
 """
 
 from __future__ import annotations
@@ -161,20 +163,22 @@ def part_engine(args):
     from bayeslat.simulate.presets import preset
     from bayeslat.simulate.protocol import sweep
 
-    print("== engine-simulator data (dense-8b-h100, seed 3, one drafter): speedup bands "
+    name, seed = args.engine.split(":")
+    seed = int(seed)
+    print(f"== engine-simulator data ({name}, seed {seed}, one drafter): speedup bands "
           "against the long-run truth within each setup's measured range")
-    base = preset("dense-8b-h100")
+    base = preset(name)
     chosen = replace(base, deployments=base.deployments[:1], alphas=(0.6, 0.8, 0.95),
                      ks=(1, 2, 4, 6))
     configs = chosen.configurations()
-    table = sweep(configs, chosen.protocol, seed=3, workers=2)
+    table = sweep(configs, chosen.protocol, seed=seed, workers=2)
     model = fitted(args.variants[-1], table, args, "engine")
     setups = decide.setups(model.table)
     # a speedup is measured up to the baseline's highest measured rate (an SD configuration
     # often runs higher, to where the baseline is past its capacity)
     rows = model.rows[model.rows["k"] == 0]
     measured = rows.groupby("group")["rps"].max()
-    cells, regrets, where = [], [], []
+    cells, regrets, where, neutral = [], [], [], []
     for _, setup in setups.iterrows():
         group = setup["setup"].rsplit(" ", 1)[0]
         loads = np.linspace(0.1, 1.0, 5) * measured[group]
@@ -183,7 +187,7 @@ def part_engine(args):
         mine = [c for c in configs if c.deployment.verifier.name == setup["verifier"]
                 and c.prefill_tokens == setup["prefill_tokens"]
                 and c.decode_tokens == setup["decode_tokens"]]
-        truth = engine_truth(mine, [loads] * len(mine), seed=3 + 1000)
+        truth = engine_truth(mine, [loads] * len(mine), seed=seed + 1000)
         truth["alpha"] = truth["alpha"].fillna(0.0)
         for alpha in chosen.alphas:
             for r in loads:
@@ -199,17 +203,24 @@ def part_engine(args):
                     s = lat0 / lat
                     cells.append(float(band.sel(stat="q05")) <= s <= float(band.sel(stat="q95")))
                 k_risk = one["k_risk"].item()
+                best = min(true_k, key=true_k.get)
+                if np.isfinite(one["k_neutral"].item()):
+                    neutral.append(true_k[int(one["k_neutral"])] / true_k[best] - 1)
                 if np.isfinite(k_risk):
-                    best = min(true_k, key=true_k.get)
                     regrets.append(true_k[int(k_risk)] / true_k[best] - 1)
                     where.append(f"{setup['setup']}, alpha {alpha:g}, {r:.3g} req/s: k "
                                  f"{int(k_risk)} where k {best} is best; P(SD slower) "
                                  + ", ".join(f"k {k} {p:.2f}" for k, p in zip(
-                                     one["k"].values, one["p_sd_hurts"].values, strict=True)))
-    cells, regrets = np.array(cells), np.array(regrets)
+                                     one["k"].values, one["p_sd_hurts"].values, strict=True))
+                                 + "; latency at 95% " + ", ".join(
+                                     f"k {k} {t:.3g} s" for k, t in zip(
+                                         one["k"].values, one["latency_tail"].values,
+                                         strict=True)))
+    cells, regrets, neutral = np.array(cells), np.array(regrets), np.array(neutral)
     print(f"    decide's 90% speedup bands cover the long-run truth in {cells.mean():.3f} of "
           f"{len(cells)} (setup, alpha, k, load) cells; risk-aware k: mean regret "
-          f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells")
+          f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells; "
+          f"risk-neutral k: {neutral.mean():.2%}, max {neutral.max():.1%}")
     print(f"    the largest regret: {where[int(regrets.argmax())]}")
 
 
@@ -224,6 +235,8 @@ def main():
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--engine", default="dense-8b-h100:3",
+                        help="the engine part's preset and simulation seed")
     args = parser.parse_args()
     args.variants = args.variants.split(",")
     quiet_pymc()

@@ -33,8 +33,8 @@ def command(
                                           help="Predict for this verifier size (1e9 params)."),
     drafter_params: float = typer.Option(None, "--drafter-params",
                                          help="Predict for this drafter size (1e9 params)."),
-    risk: float = typer.Option(0.05, "--risk", help="Largest acceptable P(SD slower than "
-                               "no SD) for the risk-aware choice."),
+    risk: float = typer.Option(0.05, "--risk", help="The risk-aware choice has the lowest "
+                               "latency at probability 1 - risk."),
     max_saturated: float = typer.Option(0.05, "--max-saturated",
                                         help="Largest share of posterior draws in which a "
                                         "chosen k may be past its capacity at that load."),
@@ -48,9 +48,10 @@ def command(
 ) -> None:
     """Speedup bands, break-even RPS*, k* and risk-aware choices; or a vLLM config.
 
-    Risk-neutral picks the k with the lowest expected latency; risk-aware the lowest expected
-    latency among k with P(SD slower) <= --risk. Neither picks a k that is past its capacity
-    in more than --max-saturated of the posterior draws at that load. Loads past the highest
+    Risk-neutral picks the k with the lowest expected latency; risk-aware the k with the lowest
+    latency at probability 1 - --risk (its posterior 95% quantile by default). Neither picks a
+    k that is past its capacity in more than --max-saturated of the posterior draws at that
+    load. Loads past the highest
     measured rate are marked extrapolated. --format vllm prints a --speculative-config whose
     num_speculative_tokens_per_batch_size follows k*(rps) mapped to batch size B = rps*L.
     """
@@ -118,7 +119,7 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
             source = "throughput benchmark" if about["ceiling_measured"] else "highest measured"
             table.caption = (f"measured up to {about['rps_measured']:.3g} req/s; ceiling "
                              f"{about['rps_ceiling']:.3g} req/s ({source})")
-        for header in ("rps", "extrapolated", "k neutral", f"k risk ≤{risk:g}", "speedup",
+        for header in ("rps", "extrapolated", "k neutral", f"k risk {1 - risk:.0%}", "speedup",
                        "90% band", "P(hurts)", "regret", "P(sat)", "note"):
             table.add_column(header, justify="right")
         for r in part.itertuples():
@@ -143,15 +144,18 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
                           f"{r.rps_star_q05:.3g}–{r.rps_star_q95:.3g}" if likely else "",
                           f"{r.p_break_even:.2f}", alert)
         out.print(table)
-    out.print("rps, capacity and RPS* in req/s; speedup = latency without SD / with SD, for the "
-              "risk-aware k, its band and P(hurts) with the scatter of the true latency about "
-              "the fitted curve; regret = expected extra latency of that k over the best k, in the "
+    out.print("rps, capacity and RPS* in req/s; k risk = the k with the lowest latency at "
+              f"{1 - risk:.0%} probability (its true latency's {1 - risk:.0%} quantile); "
+              "speedup = latency without SD / with SD, for the risk-aware k, its band and "
+              "P(hurts) with the scatter of the true latency about the fitted curve; "
+              "regret = expected extra latency of that k over the best k, in the "
               "draws where it keeps up; P(sat) = share of draws in which it is past its "
               f"capacity (neither policy picks a k above {max_saturated:g}); extrapolated = "
               "past the highest measured load; RPS* shown where it exists in most draws; "
               "alert = load below which SD hurts with only 5% probability; beyond capacity = "
-              "above the measured ceiling; note 'k N: P(hurts) p' = the risk-neutral k, kept "
-              "out of the risk-aware choice by that probability.", highlight=False)
+              "above the measured ceiling; note 'k N: x s' = the risk-neutral k and its "
+              f"latency at {1 - risk:.0%} probability, above the risk-aware k's.",
+              highlight=False)
 
 
 def _decision_cells(r, max_saturated):
@@ -161,7 +165,7 @@ def _decision_cells(r, max_saturated):
         return ("saturated", "", "", "", "", "all k saturated")
     notes = ["no-SD saturated"] if r.p_valid < 0.5 else []
     if np.isfinite(r.k_neutral) and r.k_neutral != r.k_risk:
-        notes.append(f"k {int(r.k_neutral)}: P(hurts) {r.p_sd_hurts_neutral:.2f}")
+        notes.append(f"k {int(r.k_neutral)}: {_num(r.latency_tail_neutral, '.3g')} s")
     note = "; ".join(notes)
     if not np.isfinite(r.speedup):
         return ("–", "", f"{r.p_sd_hurts:.2f}", _num(r.regret, ".1%"), f"{r.p_saturated:.2f}",

@@ -19,8 +19,9 @@ def section(inputs) -> page.Section:
              "measured acceptance rate (ask for yours with --rps and --alpha)")
     out.add(page.text(
         f"For each setup (a verifier, its lengths and hardware, and a drafter), {where}: the "
-        "risk-aware choice (the lowest expected latency among the draft lengths that are "
-        f"slower than no SD in at most {inputs.epsilon:.0%} of the posterior draws), its "
+        "risk-aware choice (the draft length, no SD included, with the lowest latency at "
+        f"{1 - inputs.epsilon:.0%} probability: its true latency's posterior "
+        f"{1 - inputs.epsilon:.0%} quantile), its "
         "speedup (median and 90% interval, the scatter of the true latency included), the "
         "probability that it is slower than no SD, the load RPS* at which it stops paying and "
         "the alert line (SD hurts below it with 5% probability only). The last column says "
