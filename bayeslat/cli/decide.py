@@ -51,9 +51,9 @@ def command(
     Risk-neutral picks the k with the lowest expected latency; risk-aware the k with the lowest
     latency at probability 1 - --risk (its posterior 95% quantile by default). Neither picks a
     k that is past its capacity in more than --max-saturated of the posterior draws at that
-    load. Loads past the highest
-    measured rate are marked extrapolated. --format vllm prints a --speculative-config whose
-    num_speculative_tokens_per_batch_size follows k*(rps) mapped to batch size B = rps*L.
+    load. Loads past the highest measured rate are marked extrapolated. --format vllm prints a
+    --speculative-config whose num_speculative_tokens_per_batch_size follows k*(rps) mapped to
+    batch size B = rps*L.
     """
     quiet_pymc()
     if fmt not in FORMATS:
