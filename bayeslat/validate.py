@@ -10,6 +10,11 @@ included). The splits are the questions users bring:
 
 ``top-rate``
     one fold: each configuration's highest constant rate, the load nearest capacity;
+``rate``
+    leave-one-rate-out: a fold per rank ``i``, the ``i``-th lowest constant rate of every
+    configuration (measured below saturation) held out at once, each predicted from the
+    configuration's other rates (the interpolation and extrapolation of each curve, rate by
+    rate; the highest fold holds only the configurations measured at that many rates);
 ``alpha``
     a fold per acceptance rate: every SD configuration measured at it;
 ``k``
@@ -81,7 +86,7 @@ from bayeslat.models import get, sampling
 from bayeslat.models.base import PARETO_K, psis_loo
 from bayeslat.models.start import curve_fits, group_coefficients, group_fit
 
-SPLITS = ("top-rate", "alpha", "k", "workload", "workload-2", "workload-4", "verifier",
+SPLITS = ("top-rate", "rate", "alpha", "k", "workload", "workload-2", "workload-4", "verifier",
           "budget")
 # The checks without folds, named like splits: PSIS-LOO of one fit of the whole sweep, and
 # simulation-based calibration on the model sampler's design (not the sweep's).
@@ -134,12 +139,22 @@ def folds(table: pd.DataFrame, split: str) -> list[Fold]:
         workloads = _workloads(table)
         return [Fold(split, " + ".join(names), workloads.isin(names).to_numpy())
                 for names in workload_sets(table, _per_fold(split))]
-    if split == "top-rate":
+    if split in ("top-rate", "rate"):
         constant = ok & (table["strategy"] == "constant").to_numpy()
         labels = schema.config_labels(table)
-        top = table[constant].groupby(labels[constant])["rps"].idxmax()
-        return [Fold(split, "each configuration's top rate",
-                     table.index.isin(top.to_numpy()))]
+        if split == "top-rate":
+            top = table[constant].groupby(labels[constant])["rps"].idxmax()
+            return [Fold(split, "each configuration's top rate",
+                         table.index.isin(top.to_numpy()))]
+        # each unsaturated constant rate's rank within its configuration, 1 the lowest
+        rank = table["rps"].where(constant).groupby(labels).rank(method="first").to_numpy()
+        n = int(np.nanmax(rank, initial=0))
+        if n < 2:
+            raise InputError("no configuration of the sweep has two or more constant rates "
+                             "measured below saturation: holding one out would leave nothing "
+                             "to learn its curve from; choose another split", field="split")
+        return [Fold(split, f"rate {i}{' (lowest)' * (i == 1)}", rank == i)
+                for i in range(1, n + 1)]
     if split == "alpha":
         values, column, words = table["alpha"].where(sd), "alpha", "alpha {:g}"
     elif split == "k":

@@ -114,7 +114,8 @@ def _summary(variants: list[dict]) -> page.Section:
         "the same training rows (– where they cannot answer: configurations or groups never "
         "measured); k*: the held-out setups' risk-aware k* against the whole sweep's fit (the "
         "share of (setup, alpha, load) cells with the same k*, and the regret of the fold's k*, "
-        "its expected latency by the whole sweep's fit over the best); RPS*: the share of "
+        "its expected latency by the whole sweep's fit over that of the whole sweep's k*, "
+        "below 0 where the fold's k is faster on average at more risk); RPS*: the share of "
         f"break-even loads within {RPS_STAR_TOLERANCE:.0%} of the whole sweep's."))
     return _tables(section, variants, "splits", SUMMARY_COLUMNS)
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import arviz as az
 import numpy as np
-import pandas as pd
 import pytest
 
 import bayeslat
@@ -203,24 +202,21 @@ def test_dense_capacity_fits_the_real_llmd_sweep():
 
 
 def test_dense_capacity_predicts_each_left_out_rate_of_the_llmd_sweep():
-    """Leave-one-rate-out on the real sweep (issue 12): each constant rate left out in turn,
-    refitted, then predicted; the predictive median's mean absolute error is within 2.5%
-    (2.2% at 4 × 1000 draws; the paper's ``dense`` 5.1%, and 3.3% before the synchronous
-    offset: benchmarks/README.md) and the 90% bands cover the rates left out. Twice the
-    benchmark's draws: at 1000 one of the eight refits mixed poorly (R-hat 1.09)."""
-    from bayeslat import adequacy
-
+    """Leave-one-rate-out on the real sweep (issue 12), as ``bayeslat validate --split rate``
+    runs it: each constant rate left out in turn, refitted without divergences, then
+    predicted; the predictive median's mean absolute error is within 2.5% (2.2% at 4 × 1000
+    draws; the paper's ``dense`` 5.1%, and 3.3% before the synchronous offset:
+    benchmarks/README.md) and the 90% bands cover the rates left out. Twice the benchmark's
+    draws: at 1000 one of the eight refits mixed poorly (R-hat 1.09)."""
     table = schema.read_table(LLMD)
-    out = []
-    for i in np.flatnonzero((table["strategy"] == "constant").to_numpy()):
-        model = get("dense-capacity")(table.drop(index=i).reset_index(drop=True))
-        sampling.sample(model, draws=2000, tune=1000, chains=4, seed=0, progressbar=False,
-                   target_accept=0.95)
-        out.append(adequacy.held_out(model, table.loc[[i]].reset_index(drop=True), seed=0))
-    out = pd.concat(out, ignore_index=True)
-    assert len(out) == 8
-    assert out["ape"].mean() <= 0.025, out[["rps", "ape"]]
-    assert out["in90"].mean() >= 0.85, out[["rps", "in90"]]
+    result = validate.run(table, "dense-capacity", ["rate"], seed=0, progressbar=False,
+                          draws=2000, tune=1000, chains=4, target_accept=0.95)
+    folds = result.folds
+    assert len(folds) == 8 and (folds["points"] == 1).all(), folds.T
+    assert (folds["divergences"] == 0).all(), folds[["held_out", "divergences"]]
+    (overall,) = result.splits.itertuples()
+    assert overall.mape <= 0.025, folds[["held_out", "mape"]]
+    assert overall.inside_90 >= 0.85, folds[["held_out", "inside_90"]]
 
 
 def test_validate_predicts_held_out_top_rates_of_model_sampler_data():

@@ -50,6 +50,38 @@ def test_top_rate_holds_out_each_configuration_s_highest_constant_rate(table):
         top.reindex(schema.config_labels(held).to_numpy()))
 
 
+def test_rate_leaves_out_each_constant_rate_once_rank_by_rank(table):
+    folds = validate.folds(table, "rate")
+    labels = schema.config_labels(table)
+    constant = ((table["strategy"] == "constant") & ~table["saturated"]).to_numpy()
+    assert len(folds) == table[constant].groupby(labels[constant]).size().max() >= 2
+    drops = np.array([f.drop for f in folds])
+    # every unsaturated constant rate held out exactly once, nothing else ever
+    assert (drops.sum(axis=0) == constant).all()
+    previous = None
+    for fold in folds:
+        held = table[fold.drop].set_index(labels[fold.drop].to_numpy())["rps"]
+        assert held.index.is_unique  # one rate per configuration and fold
+        if previous is not None:  # each configuration's next rate up
+            both = held.index.intersection(previous.index)
+            assert len(both) and (held[both] > previous[both]).all()
+        previous = held
+    # the lowest fold holds each configuration's lowest rate, the last its highest
+    lowest = table[constant].groupby(labels[constant])["rps"].min()
+    assert table[folds[0].drop].groupby(labels[folds[0].drop])["rps"].min().equals(lowest)
+    (top,) = validate.folds(table, "top-rate")
+    assert (folds[-1].drop <= top.drop).all()
+
+
+def test_rate_refuses_a_sweep_with_one_rate_per_configuration(table):
+    constant = table["strategy"] == "constant"
+    lowest = table["rps"].where(constant).groupby(schema.config_labels(table)).transform("min")
+    one = table[table["rps"].eq(lowest) | ~constant]  # each configuration's lowest rate only
+    assert one["strategy"].eq("constant").sum() == schema.config_labels(table).nunique()
+    with pytest.raises(InputError, match="two or more constant rates"):
+        validate.folds(one.reset_index(drop=True), "rate")
+
+
 @pytest.mark.parametrize(("split", "column", "n"), [("alpha", "alpha", 2), ("k", "k", 2)])
 def test_sd_splits_hold_out_one_value_of_the_sd_rows_and_keep_every_baseline(
         table, split, column, n):

@@ -21,9 +21,11 @@ def command(
                               "or more are compared."),
     split: str = typer.Option("top-rate,alpha,k,workload,verifier", "--split",
                               help="Checks, comma-separated: top-rate (each configuration's "
-                              "highest constant rate), alpha, k, workload, verifier (a fold per "
-                              "value), workload-2, workload-4 (any workload-<n>: n workloads "
-                              "held out together), budget (a third of the SD configurations "
+                              "highest constant rate), rate (leave-one-rate-out: a fold per "
+                              "rank of the configurations' constant rates, lowest first), "
+                              "alpha, k, workload, verifier (a fold per value), workload-2, "
+                              "workload-4 (any workload-<n>: n workloads held out together), "
+                              "budget (a third of the SD configurations "
                               "measured, the rest predicted), loo (no fold: the whole sweep "
                               "fitted once and scored by PSIS-LOO), sbc (simulation-based "
                               "calibration of the variant on the model sampler's design, "
@@ -181,7 +183,9 @@ def _split_table(result, name: str) -> Table:
                   "groups, they never saw); k*, RPS*: the held-out setups' decisions "
                   "against the whole sweep's fit (share of (setup, alpha, load) cells with "
                   "the same risk-aware k*, and in brackets the mean regret of the fold's k*, "
-                  "its expected latency by the whole sweep's fit over the best; share of RPS* "
+                  "its expected latency by the whole sweep's fit over that of the whole "
+                  "sweep's k*, below 0 where the fold's k is faster on average at more risk; "
+                  "share of RPS* "
                   "medians within 10%, of the pairs where both exist); fit s: the refit's "
                   "seconds", caption_justify="left")
     table.add_column("held out", justify="left", min_width=16)
@@ -200,7 +204,7 @@ def _split_table(result, name: str) -> Table:
                                             if r.saturated else "")
         k_star = number(getattr(r, "k_agree", float("nan")))  # absent without decisions
         if (regret := getattr(r, "k_regret_mean", float("nan"))) == regret:
-            k_star += f" ({regret:.1%})"
+            k_star += f" ({regret:.1%})".replace("-0.0%", "0.0%")
         rps_star = number(getattr(r, "rps_star_within", float("nan")))
         if pairs := getattr(r, "rps_star_pairs", 0):
             rps_star += f" of {int(pairs)}"
