@@ -66,7 +66,7 @@ def test_rate_leaves_out_each_constant_rate_once_rank_by_rank(table):
             both = held.index.intersection(previous.index)
             assert len(both) and (held[both] > previous[both]).all()
         previous = held
-    # the lowest fold holds each configuration's lowest rate, the last its highest
+    # the lowest fold holds each configuration's lowest rate, the last only top rates
     lowest = table[constant].groupby(labels[constant])["rps"].min()
     assert table[folds[0].drop].groupby(labels[folds[0].drop])["rps"].min().equals(lowest)
     (top,) = validate.folds(table, "top-rate")
