@@ -114,10 +114,11 @@ def part_llmd(args):
         print(f"    {variant}: capacity {cap:.1f} req/s against {LLMD_CEILING} measured "
               f"({cap / LLMD_CEILING - 1:+.1%}), nu {nu:.1f}")
         rows = []
-        for i in np.flatnonzero((table["strategy"] == "constant").to_numpy()):
-            model = fitted(variant, table.drop(index=i).reset_index(drop=True), args,
-                           f"without rps {table.loc[i, 'rps']:.2f}")
-            rows.append(adequacy.held_out(model, table.loc[[i]].reset_index(drop=True), args.seed))
+        for fold in validate.folds(table, "rate"):  # as `bayeslat validate --split rate`
+            model = fitted(variant, table[~fold.drop].reset_index(drop=True), args,
+                           f"without {fold.held_out}")
+            held = table[fold.scored(table)].reset_index(drop=True)
+            rows.append(adequacy.held_out(model, held, args.seed))
         out = pd.concat(rows, ignore_index=True)
         print(f"    {variant}: leave-one-rate-out over {len(out)} constant rates: MAPE "
               f"{out['ape'].mean():.2%} (per rate: "
