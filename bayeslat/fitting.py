@@ -31,9 +31,6 @@ from bayeslat.models.sampling import (
 )
 from bayeslat.scaling import ScalingConfig
 
-# Fewer groups than this can leave a pooled variant's spreads too weakly identified to
-# converge centred (the example's one verifier, 4 groups: benchmarks/few_groups.py).
-FEW_GROUPS = 10
 REQUIRED_ATTRS = ("bayeslat_format", "variant", "config", "priors", "feature_scales",
                   "data_hash", "fit_data_hash", "sampler", "bayeslat_version")
 
@@ -142,15 +139,16 @@ def unconverged_warning(diag: Diagnostics) -> str:
 
 
 def few_groups_hint(model) -> str:
-    """What to try when a fit of a pooled variant over fewer than :data:`FEW_GROUPS` groups
-    did not converge (its spreads are weakly identified, and the centred deviations funnel:
-    benchmarks/README.md, ``few_groups.py``); empty where that does not apply."""
+    """What to try when a fit of a pooled variant over too few groups to sample their spreads
+    (the ``tau_min_units`` prior) did not converge: a coefficient that few groups barely
+    inform can mix slowly centred (benchmarks/README.md, ``few_groups.py``); empty where that
+    does not apply."""
     groups = model.rows["group"].nunique()
-    if model.per_configuration or groups >= FEW_GROUPS:
+    if model.per_configuration or groups >= model.config.prior("tau_min_units"):
         return ""
     names = ", ".join(f'"{c}"' for c in model.coef_names)
-    return (f"; with {groups} groups, sample every coefficient non-centred (a --config file "
-            f"with noncentered = [{names}]) or fit the dense variant")
+    return (f"; with {groups} groups, sample the slowest coefficients non-centred (a --config "
+            f"file with noncentered = [...], any of {names}) or fit the dense variant")
 
 
 def sample_table(table: pd.DataFrame, variant: str = DEFAULT, *,

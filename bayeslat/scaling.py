@@ -82,8 +82,17 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # Prior mean of the sd of the log group deviations (0.25: typical factor 1.3), a
     # Gamma(2, 2/mean) that keeps away from 0, where few groups would leave a funnel.
     "tau_mean": 0.25,
+    # The fewest units (groups, or drafters within groups) from which that sd is sampled;
+    # with fewer it is fixed at tau_mean: four workloads of one verifier cannot estimate a
+    # spread, and its posterior reached 0 and funnelled (benchmarks/few_groups.py).
+    "tau_min_units": 10,
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
+    # Least spread of the capacity variants' walls around their group's compute time, in log
+    # terms: the spread is hypot(tau_C3, floor). A law cannot place a wall closer than a
+    # benchmark measures it, and without the floor a sweep whose walls all lie near their law
+    # (the engine simulator's Llama-1B: tau_C3 ~ 0.003) funnels (benchmarks/README.md).
+    "wall_spread_floor": 0.02,
     # Prior mean (of a Gamma(2, 2/mean)) of the jitter of the compute wall, in log terms (the
     # capacity variants: a point's scatter grows by it times how far its latency moves with
     # the wall; 0.02 = 2%, which moves a point at 90% of the wall that is all queue by 20%;

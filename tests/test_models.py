@@ -18,6 +18,7 @@ from bayeslat.models import VARIANTS, get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
 from bayeslat.models.capacity import Q_FLOOR, queue_shift
 from bayeslat.models.start import MAX_LOAD, group_fit
+from bayeslat.scaling import ScalingConfig
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
 SPEC = SamplerSpec(verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
@@ -426,6 +427,24 @@ def test_start_is_feasible_and_finite():
                                           start["c2d"][d], rows["alpha0"], rows["k"],
                                           rows["decode_tokens"])
     assert (rows["rps"] * c2).max() <= MAX_LOAD + 1e-9
+    assert np.isfinite(model.check_start(model.build()))
+
+
+@pytest.mark.parametrize("variant", ["hierarchical", "capacity"])
+def test_spreads_of_levels_with_few_units_are_fixed_at_their_prior_mean(variant):
+    # SPEC: 4 groups and 4 drafts, fewer than tau_min_units (10): every spread fixed
+    model = get(variant)(table(variant))
+    free = {rv.name for rv in model.build().free_RVs}
+    coefs = model.coef_names
+    assert not free & {f"tau_{c}" for c in coefs}
+    assert all(model.fixed_tau(c) == model.config.prior("tau_mean") for c in coefs)
+    assert np.isfinite(model.check_start(model.build()))
+    # the same data with the threshold lowered: every spread sampled, and started
+    config = ScalingConfig.from_dict({"priors": {"tau_min_units": 4}})
+    model = get(variant)(table(variant), config=config)
+    assert {f"tau_{c}" for c in coefs} <= {rv.name for rv in model.build().free_RVs}
+    assert all(model.fixed_tau(c) is None for c in coefs)
+    assert {f"tau_{c}" for c in coefs} <= set(model.start())
     assert np.isfinite(model.check_start(model.build()))
 
 

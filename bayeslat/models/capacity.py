@@ -23,10 +23,13 @@ log-normally around its group's compute time, and a queue factor per configurati
 group's stage-1 value,
 
 .. math::
-    \log C_{3c} \sim N\bigl(\log(c_{3p} + \tfrac{g}{E}\,(k+1)\,c_{3v}),\ \tau_{C3}\bigr),
+    \log C_{3c} \sim N\bigl(\log(c_{3p} + \tfrac{g}{E}\,(k+1)\,c_{3v}),\ s_{C3}\bigr),
     \qquad \log Q_c \sim N\bigl(\log \hat Q_{j(c)},\ \tau_Q\bigr), \quad \tau_Q = 0.5,
 
-a request's prefill plus the ``k+1`` tokens each of its ``g/E`` verify cycles scores.
+a request's prefill plus the ``k+1`` tokens each of its ``g/E`` verify cycles scores. The walls'
+spread :math:`s_{C3} = (\tau_{C3}^2 + f^2)^{1/2}` has a floor ``f`` (the ``wall_spread_floor``
+prior, 2%): no law places a wall closer than a benchmark measures it, and where a sweep's walls
+all lie near their law (the engine simulator's Llama-1B), a spread free to reach 0 funnelled.
 :math:`\hat Q_j` is an empirical-Bayes centre (:meth:`CapacityModel.queue_factors`): group
 ``j``'s six coefficients and one queue factor by robust least squares, each wall at its
 measured ceiling, floored at :data:`Q_FLOOR`. The queue factor differs most between groups
@@ -50,7 +53,7 @@ The scatter of the walls is there because compute is not the only wall: the batc
 (``max_num_seqs``) and the KV cache cap the concurrency too, and on a small verifier they bind
 first (its baseline, with the most steps per request, then has the lowest ceiling). Each
 measured configuration's own ceiling pins its ``C3``; a configuration never measured gets the
-group's compute time times a fresh deviation ``exp(tau_C3·z)``.
+group's compute time times a fresh deviation ``exp(s_C3·z)``.
 
 Near the wall the likelihood is far from Gaussian in ``log C3`` (a top point at 90% of capacity
 moves 10% for a 1% move of the wall), so the sampler works in the headroom at each
@@ -199,7 +202,8 @@ class CapacityModel(HierarchicalModel):
         first = labels.index.to_numpy()[pd.Index(labels).get_indexer(new)]  # a row of each
         new_groups = pd.Index(curves["group"].to_numpy()[first]) if len(new) else pd.Index([])
         index = pm.Data("config_idx", cidx, dims=dim)
-        tau_c3 = pm.Gamma("tau_C3", alpha=2.0, beta=2.0 / self.config.prior("tau_mean"))
+        tau_c3 = self.wall_spread(pm.Gamma("tau_C3", alpha=2.0,
+                                           beta=2.0 / self.config.prior("tau_mean")))
         fitted_c3, log_c3 = self._per_config("C3", tau_c3, pt.log(compute), pt.log(
             theory.compute_coefficient(c["c3p"], c["c3v"], alpha, k, g))[first],
             transform=headroom_transform(log_top))
@@ -224,7 +228,7 @@ class CapacityModel(HierarchicalModel):
         from the stored posterior, without building the model's graph, when every group and
         drafter of ``rows`` was fitted (None otherwise). A fitted configuration gets its own
         ``C3`` and ``Q``, the graph's values; one never measured gets its group's compute time
-        and stage-1 queue factor times fresh deviations ``exp(tau_C3·z)`` and
+        and stage-1 queue factor times fresh deviations ``exp(s_C3·z)`` and
         ``exp(TAU_Q·z)``, one ``z`` per draw and configuration (seeded by ``seed``): the
         graph's distribution, not its random numbers."""
         index = self.fitted_units(rows)
@@ -255,7 +259,8 @@ class CapacityModel(HierarchicalModel):
             queue = xr.DataArray(self.queue_factors().reindex(rows["group"]).to_numpy(),
                                  dims="obs")
             is_new = xr.DataArray(cidx >= len(self.configs), dims="obs")
-            log_c3 = xr.where(is_new, np.log(compute) + post["tau_C3"] * z_c3, log_c3)
+            log_c3 = xr.where(is_new, np.log(compute) + self.wall_spread(post["tau_C3"]) * z_c3,
+                              log_c3)
             log_q = xr.where(is_new, queue + TAU_Q * z_q, log_q)
         return out | {"C3": np.exp(log_c3), "Q": np.exp(log_q)}
 
@@ -271,6 +276,11 @@ class CapacityModel(HierarchicalModel):
         if stored is not None:
             model._queue_factors = pd.Series(json.loads(stored), dtype=float)
         return model
+
+    def wall_spread(self, tau):
+        """The spread of the log walls around their group's compute time: ``tau_C3`` (a
+        tensor or array) combined with the ``wall_spread_floor`` prior, ``hypot(tau, floor)``."""
+        return (tau**2 + self.config.prior("wall_spread_floor") ** 2) ** 0.5
 
     def top_rates(self) -> np.ndarray:
         """Each fitted configuration's highest measured rate (req/s), in :attr:`configs` order."""

@@ -22,6 +22,12 @@ for the coefficients in ``config.noncentered`` (default ``c1p``, a small share o
 that the data inform least: ``log c = log(x·beta) + tau·z``). New groups and drafters (never
 measured) are predicted from the population: ``x·beta`` at their features times a fresh
 deviation ``exp(tau·z)``.
+
+A level with fewer units than the ``tau_min_units`` prior (10) has its spread fixed,
+:math:`\tau_q = t`, instead of sampled: the deviations of four workloads of one verifier tell
+nothing firm about their spread, and a sampled ``tau`` then reached 0, where the deviations
+funnel whatever their parametrisation (the example's four Llama-8B groups: R-hat 1.075 and 2
+divergences sampled; converged with ``tau`` fixed, ``benchmarks/few_groups.py``).
 """
 
 from __future__ import annotations
@@ -97,7 +103,9 @@ class HierarchicalModel(LatencyModel):
         dim, priors = _dim(coef), self.config
         beta = pm.HalfNormal(f"beta_{coef}", sigma=priors.prior("beta_scale")[coef],
                              dims=f"{coef}_feature")
-        tau = pm.Gamma(f"tau_{coef}", alpha=2.0, beta=2.0 / priors.prior("tau_mean"))
+        tau = self.fixed_tau(coef)
+        if tau is None:
+            tau = pm.Gamma(f"tau_{coef}", alpha=2.0, beta=2.0 / priors.prior("tau_mean"))
         log_mu = pt.log(pt.dot(self.x[coef], beta))
         if coef not in priors.noncentered:
             log_c = pm.Normal(f"log_{coef}", mu=log_mu, sigma=tau, dims=dim)
@@ -110,6 +118,15 @@ class HierarchicalModel(LatencyModel):
             z_new = pm.Normal(f"new_z_{coef}", 0.0, 1.0, dims=f"new_{dim}")
             value = pt.concatenate([value, pt.exp(pt.log(pt.dot(x_new, beta)) + tau * z_new)])
         return value
+
+    def fixed_tau(self, coef: str) -> float | None:
+        """The spread ``tau`` of ``coef``'s log deviations where it is fixed (``tau_mean``:
+        its level has fewer units than the ``tau_min_units`` prior), None where it is
+        sampled (or was, by a fit written before the prior existed)."""
+        if (len(self.units[_dim(coef)]) >= self.config.prior("tau_min_units")
+                or (self.fitted and f"tau_{coef}" in self.posterior)):
+            return None
+        return float(self.config.prior("tau_mean"))
 
     def unit_vectors(self, rows: pd.DataFrame, dim: str):
         """Every coefficient per unit (known units, then the new ones ``rows`` brings) and the
@@ -238,8 +255,10 @@ class HierarchicalModel(LatencyModel):
             beta, _ = nnls(x / c[:, None], np.ones(len(c)))
             beta = st.floor_positive(beta, 0.01)
             dev = np.log(c) - np.log(x @ beta)
-            tau = float(np.clip(dev.std(), 0.05, 1.0))
-            out |= {f"beta_{coef}": beta, f"tau_{coef}": tau}
+            tau = self.fixed_tau(coef)
+            if tau is None:
+                tau = out[f"tau_{coef}"] = float(np.clip(dev.std(), 0.05, 1.0))
+            out[f"beta_{coef}"] = beta
             if coef in self.config.noncentered:
                 out[f"z_{coef}"] = dev / tau
             else:
