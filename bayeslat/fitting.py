@@ -68,6 +68,20 @@ def likelihood_line(idata) -> str:
     return f"likelihood: every row ({info.get('why', 'exact')}){times}"
 
 
+def spreads_line(model) -> str:
+    """One line naming the coefficients whose spread ``tau`` is fixed, not sampled (their
+    level has fewer units than the ``tau_min_units`` prior); empty where none is."""
+    if model.per_configuration:
+        return ""
+    fixed = [c for c in model.coef_names if model.fixed_tau(c) is not None]
+    if not fixed:
+        return ""
+    counts = {dim: len(units) for dim, units in model.units.items()}
+    return (f"spreads fixed at tau = {model.fixed_tau(fixed[0]):g}, too few units to estimate them "
+            f"({counts['group']} groups, {counts['draft']} drafters; fewer than "
+            f"{model.config.prior('tau_min_units')}): {', '.join(fixed)}")
+
+
 # Fields of the diagnostics stored with a fit (posterior attr ``diagnostics``, JSON).
 _DIAGNOSTICS_ATTR = "diagnostics"
 

@@ -51,7 +51,8 @@ def test_fit_writes_a_loadable_file_and_refuses_to_overwrite(sweep, tmp_path, mo
     assert result.exit_code == 0, result.output
     assert "max R-hat" in result.output and "RPS*" in result.output
     assert "did not converge" in result.output  # prior draws: a mocked fit cannot converge
-    # two groups: what to try (benchmarks/few_groups.py)
+    # two groups: their spreads fixed, and what to try (benchmarks/few_groups.py)
+    assert "spreads fixed at tau = 0.25" in " ".join(result.output.split()), result.output
     assert "with 2 groups, sample the slowest coefficients non-centred" in " ".join(
         result.output.split()), result.output
     assert bayeslat.load(out).variant == "hierarchical"
