@@ -155,9 +155,11 @@ def beta_table(model, post: xr.Dataset) -> pd.DataFrame:
         if f"beta_{coef}" not in post:
             continue
         beta = stack_draws(post[f"beta_{coef}"])
-        fixed = model.fixed_tau(coef)  # few units: fixed at its prior mean, not sampled
-        tau = ([fixed] if fixed is not None else stack_draws(post[f"tau_{coef}"]).values
-               if f"tau_{coef}" in post else [np.nan])
+        tau = [np.nan]
+        if model.fixed_tau(coef) is not None:  # few units: fixed at its prior mean
+            tau = [model.fixed_tau(coef)]
+        elif f"tau_{coef}" in post:
+            tau = stack_draws(post[f"tau_{coef}"]).values
         for feature, scale in _features(model, post, coef).items():
             draws = beta.sel({f"{coef}_feature": feature}).values * 1e3
             q = np.quantile(draws, [0.05, 0.5, 0.95])
