@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from bayeslat.errors import FitError
-from bayeslat.models import DEFAULT, get
+from bayeslat.models import DEFAULT, config_of, get
 from bayeslat.models.base import FORMAT, read_fit
 from bayeslat.models.sampling import (
     ESS_MARGIN,
@@ -194,9 +194,7 @@ def sample_table(table: pd.DataFrame, variant: str = DEFAULT, *,
     The fitted :class:`~bayeslat.models.base.LatencyModel`.
     """
     say = status or (lambda message: None)
-    if config is not None and not isinstance(config, ScalingConfig):
-        config = ScalingConfig.load(config)
-    model = get(variant)(table, config)
+    model = get(variant)(table, config_of(variant, config))
     say(f"building and compiling the {variant} model ({len(model.rows)} rows)")
     start = time.perf_counter()
     idata = sample(model, draws=draws, tune=tune, chains=chains, seed=seed, sampler=sampler,

@@ -184,19 +184,22 @@ class ScalingConfig:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> ScalingConfig:
-        """Defaults overridden by ``data`` (keys ``design``, ``priors``, ``noncentered``)."""
+    def from_dict(cls, data: Mapping[str, Any], source: str | None = None,
+                  base: ScalingConfig | None = None) -> ScalingConfig:
+        """``base`` (the defaults when None; a variant's :meth:`default_config`) overridden by
+        ``data`` (keys ``design``, ``priors``, ``noncentered``)."""
         unknown = [k for k in data if k not in ("design", "priors", "noncentered")]
         if unknown:
             raise InputError(f"unknown key(s) {', '.join(unknown)}; use design, priors, "
                              "noncentered", source, unknown[0])
-        design = dict(DEFAULT_DESIGN) | {c: tuple(f) for c, f in data.get("design", {}).items()}
-        priors = copy.deepcopy(DEFAULT_PRIORS)
+        base = base or cls()
+        design = dict(base.design) | {c: tuple(f) for c, f in data.get("design", {}).items()}
+        priors = copy.deepcopy(dict(base.priors))
         for key, value in data.get("priors", {}).items():
             priors[key] = (priors.get(key, {}) | value) if isinstance(value, dict) else value
         try:
             return cls(design=design, priors=priors,
-                       noncentered=tuple(data.get("noncentered", cls.noncentered)))
+                       noncentered=tuple(data.get("noncentered", base.noncentered)))
         except InputError as exc:
             raise InputError(exc.detail, source, exc.field) from None
 
@@ -205,8 +208,9 @@ class ScalingConfig:
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> ScalingConfig:
-        """Read overrides from a TOML (``.toml``) or JSON file."""
+    def load(cls, path: str | os.PathLike, base: ScalingConfig | None = None) -> ScalingConfig:
+        """Read overrides of ``base`` (:meth:`from_dict`) from a TOML (``.toml``) or JSON
+        file."""
         path = Path(path)
         try:
             text = path.read_text()
@@ -215,7 +219,7 @@ class ScalingConfig:
             raise InputError("no such file; give a TOML or JSON model config", path) from None
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"cannot parse ({exc}); give TOML (.toml) or JSON", path) from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(data, source=str(path), base=base)
 
 
 def raw_features(units: pd.DataFrame, names: tuple[str, ...]) -> np.ndarray:

@@ -82,7 +82,7 @@ from bayeslat import adequacy, calibration, decide, parallel, theory
 from bayeslat.data import schema
 from bayeslat.errors import InputError
 from bayeslat.files import atomic_output
-from bayeslat.models import get, sampling
+from bayeslat.models import config_of, get, sampling
 from bayeslat.models.base import PARETO_K, psis_loo
 from bayeslat.models.start import curve_fits, group_coefficients, group_fit
 
@@ -561,8 +561,9 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     table
         A sweep table (:mod:`bayeslat.data.schema`).
     variant, config
-        The model variant and its scaling configuration (:class:`~bayeslat.scaling.ScalingConfig`
-        or None for the variant's default).
+        The model variant and its scaling configuration (:class:`~bayeslat.scaling.ScalingConfig`,
+        a file of overrides of the variant's defaults, or None for the defaults:
+        :func:`bayeslat.models.config_of`).
     splits
         Names from :data:`CHECKS`; all are checked before the first fit (:func:`check`).
     status
@@ -584,6 +585,7 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     """
     table = schema.validate(table).reset_index(drop=True)
     todo = check(table, variant, splits)
+    config = config_of(variant, config)
     say = status or (lambda message: None)
 
     def fitted(rows: pd.DataFrame, log_likelihood: bool = False):

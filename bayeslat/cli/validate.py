@@ -79,7 +79,8 @@ def command(
             raise InputError("the file exists; pass --overwrite to replace it or choose another "
                              "name with -o", path)
     table = schema.read_table(data)
-    cfg = ScalingConfig.load(config) if config is not None else None
+    if config is not None:
+        ScalingConfig.load(config)  # a bad file is refused before any fit
     for variant in variants:  # refuse what the sweep or a variant cannot support before any fit
         validate.check(table, variant, splits)
     quiet_pymc()
@@ -88,7 +89,7 @@ def command(
     with console.status("validating") as status:
         for variant in variants:
             results.append(validate.run(
-                table, variant, splits, config=cfg, seed=seed,
+                table, variant, splits, config=config, seed=seed,
                 status=lambda msg: status.update(escape(msg)), draws=draws, tune=tune,
                 chains=chains, sampler=sampler, exact=exact, progressbar=True,
                 sbc_fits=sbc_fits, jobs=jobs))

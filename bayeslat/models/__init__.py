@@ -39,3 +39,14 @@ def get(variant: str):
     """The model class of ``variant``."""
     module = importlib.import_module(f"bayeslat.models.{MODULES.get(check(variant), variant)}")
     return getattr(module, VARIANTS[variant])
+
+
+def config_of(variant: str, config=None):
+    """``variant``'s scaling configuration: ``config`` itself when one is given, read from a
+    TOML or JSON file as overrides of the variant's own defaults when a path is (a file that
+    leaves ``noncentered`` out keeps the variant's), None for the defaults."""
+    from bayeslat.scaling import ScalingConfig
+
+    if config is None or isinstance(config, ScalingConfig):
+        return config
+    return ScalingConfig.load(config, base=get(variant).default_config())
