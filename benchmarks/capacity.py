@@ -4,6 +4,7 @@
                                             [--variants hierarchical,capacity] [--chains 4]
                                             [--draws 1000] [--seed 0]
                                             [--engine dense-8b-h100:3]
+                                            [--prior NAME=VALUE ...]
 
 Parts (all by default; each fit's wall time, convergence and divergences are printed with it):
 
@@ -22,14 +23,17 @@ Parts (all by default; each fit's wall time, convergence and divergences are pri
 - ``engine``: engine-simulator data of a preset and seed the example does not use
   (``--engine PRESET:SEED``, ``dense-8b-h100:3`` by default; the preset's first deployment,
   one drafter): the last variant's 90% speedup bands against the simulator's long-run truth
-  (benchmarks of 8x the requests) at loads up to each setup's highest measured baseline
-  rate, as ``decide`` gives them (with the likelihood's discrepancy), and the regret of the
-  risk-aware and the risk-neutral k there.
+  (benchmarks of 8x the requests; a speedup of 0 where the SD configuration is past its
+  capacity) at loads up to each setup's highest measured baseline rate, as ``decide`` gives
+  them (with the likelihood's discrepancy), both over the cells within the SD configuration's
+  own measured rates and over all, and the regret of the risk-aware and the risk-neutral k
+  there.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -53,8 +57,11 @@ LLMD_CEILING = 17.98
 
 
 def fitted(variant: str, table: pd.DataFrame, args, label: str):
-    """A fitted model of ``variant``, its wall time and diagnostics printed."""
-    model = get(variant)(table)
+    """A fitted model of ``variant`` (its default config with ``--prior`` overrides), its wall
+    time and diagnostics printed."""
+    cls = get(variant)
+    config = cls.default_config()
+    model = cls(table, dataclasses.replace(config, priors=config.priors | args.priors))
     start = time.perf_counter()
     idata = sampling.sample(model, draws=args.draws, tune=args.draws, chains=args.chains,
                        seed=args.seed, progressbar=False)
@@ -64,6 +71,10 @@ def fitted(variant: str, table: pd.DataFrame, args, label: str):
           f" s), max R-hat {diag.max_rhat:.3f}, min bulk/tail ESS {diag.min_ess_bulk:.0f}/"
           f"{diag.min_ess_tail:.0f}, divergences {diag.divergences}"
           f"{'' if diag.converged else '  NOT CONVERGED'}", flush=True)
+    if "ceiling_shortfall" in idata.posterior:
+        q = np.quantile(idata.posterior["ceiling_shortfall"], [0.05, 0.5, 0.95])
+        print(f"    ceiling_shortfall (log model capacity over the measured ceilings): {q[1]:.3f}"
+              f" [{q[0]:.3f}, {q[2]:.3f}]", flush=True)
     return model
 
 
@@ -144,18 +155,26 @@ def part_sampler(args):
 
 def engine_truth(configs, loads, seed: int) -> pd.DataFrame:
     """Long-run mean latency of each configuration at its loads: 8x the requests of a sweep's
-    benchmark and a 0.5% standard-error target."""
+    benchmark and a 0.5% standard-error target. A benchmark past the configuration's capacity
+    (flagged as a sweep's would be: its latency growing through the run, or its rate short of
+    the target) has no long-run latency: ``inf``, a speedup of 0 (its finite mean is only the
+    length of the run)."""
+    from bayeslat.data.saturation import flag_saturated
     from bayeslat.simulate.protocol import Protocol, run_benchmark
 
     long = Protocol(requests=800, target_se=0.005)
-    out = []
+    out, growing, rps = [], [], []
     for i, (config, rates) in enumerate(zip(configs, loads, strict=True)):
         sync = run_benchmark(config, "synchronous", np.nan, long, seed, (i, 0))
         for j, rate in enumerate(rates):
             bench = run_benchmark(config, "constant", float(rate), long, seed, (i, 1 + j),
                                   sync.row["latency_mean"] * 2)
-            out.append({**config.identity(), "rps": rate, "latency": bench.row["latency_mean"]})
-    return pd.DataFrame(out)
+            out.append({**bench.row, **config.identity()})
+            growing.append(bench.growing)
+            rps.append(rate)
+    runs = flag_saturated(pd.DataFrame(out), pd.Series(growing))
+    latency = runs["latency_mean"].where(~runs["saturated"], np.inf)
+    return runs[list(config.identity())].assign(rps=rps, latency=latency)
 
 
 def part_engine(args):
@@ -179,7 +198,10 @@ def part_engine(args):
     # often runs higher, to where the baseline is past its capacity)
     rows = model.rows[model.rows["k"] == 0]
     measured = rows.groupby("group")["rps"].max()
-    cells, regrets, where, neutral = [], [], [], []
+    # each SD configuration's own highest measured rate: past it, its speedup is extrapolated
+    top = model.rows.groupby(["group", model.rows["alpha0"].round(6), "k"])["rps"].max()
+    cells, within, regrets, where, neutral, saturated = [], [], [], [], [], 0
+    regret_within = []  # whether every k's speedup at the regret's cell was within its rates
     for _, setup in setups.iterrows():
         group = setup["setup"].rsplit(" ", 1)[0]
         loads = np.linspace(0.1, 1.0, 5) * measured[group]
@@ -190,6 +212,7 @@ def part_engine(args):
                 and c.decode_tokens == setup["decode_tokens"]]
         truth = engine_truth(mine, [loads] * len(mine), seed=seed + 1000)
         truth["alpha"] = truth["alpha"].fillna(0.0)
+        saturated += int(np.isinf(truth.loc[truth["k"] > 0, "latency"]).sum())
         for alpha in chosen.alphas:
             for r in loads:
                 at = truth[np.isclose(truth["rps"], r)]
@@ -203,12 +226,15 @@ def part_engine(args):
                     band = one["speedup"].sel(k=k)
                     s = lat0 / lat
                     cells.append(float(band.sel(stat="q05")) <= s <= float(band.sel(stat="q95")))
+                    within.append(r <= top.get((group, round(alpha, 6), k), -np.inf) * (1 + 1e-9))
                 k_risk = one["k_risk"].item()
                 best = min(true_k, key=true_k.get)
+                every = all(within[-len(true_k) + 1:])
                 if np.isfinite(one["k_neutral"].item()):
                     neutral.append(true_k[int(one["k_neutral"])] / true_k[best] - 1)
                 if np.isfinite(k_risk):
                     regrets.append(true_k[int(k_risk)] / true_k[best] - 1)
+                    regret_within.append(every)
                     where.append(f"{setup['setup']}, alpha {alpha:g}, {r:.3g} req/s: k "
                                  f"{int(k_risk)} where k {best} is best; P(SD slower) "
                                  + ", ".join(f"k {k} {p:.2f}" for k, p in zip(
@@ -217,11 +243,18 @@ def part_engine(args):
                                      f"k {k} {t:.3g} s" for k, t in zip(
                                          one["k"].values, one["latency_tail"].values,
                                          strict=True)))
-    cells, regrets, neutral = np.array(cells), np.array(regrets), np.array(neutral)
-    print(f"    decide's 90% speedup bands cover the long-run truth in {cells.mean():.3f} of "
-          f"{len(cells)} (setup, alpha, k, load) cells; risk-aware k: mean regret "
+    cells, within = np.array(cells), np.array(within)
+    regrets, neutral, regret_within = np.array(regrets), np.array(neutral), np.array(regret_within)
+    print(f"    decide's 90% speedup bands cover the long-run truth in {cells[within].mean():.3f}"
+          f" of {within.sum()} (setup, alpha, k, load) cells within the SD configuration's own "
+          f"measured rates, {cells.mean():.3f} of all {len(cells)} up to the baseline's top "
+          f"rate ({saturated} of them past the SD configuration's capacity: speedup 0); "
+          "risk-aware k: mean regret "
           f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells; "
           f"risk-neutral k: {neutral.mean():.2%}, max {neutral.max():.1%}")
+    inside = regrets[regret_within]
+    print(f"    risk-aware k where every k's load is within its own measured rates: mean regret "
+          f"{inside.mean():.2%}, max {inside.max():.1%} over {len(inside)} cells")
     print(f"    the largest regret: {where[int(regrets.argmax())]}")
 
 
@@ -238,7 +271,10 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--engine", default="dense-8b-h100:3",
                         help="the engine part's preset and simulation seed")
+    parser.add_argument("--prior", action="append", default=[], metavar="NAME=VALUE",
+                        help="a prior of every fit set to a number (bayeslat.scaling)")
     args = parser.parse_args()
+    args.priors = {k: float(v) for k, v in (p.split("=", 1) for p in args.prior)}
     args.variants = args.variants.split(",")
     quiet_pymc()
     for part in args.part.split(","):
