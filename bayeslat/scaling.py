@@ -108,6 +108,15 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # Prior mean (of a Gamma(5, 5/mean)) of the scatter of the measured ceiling (throughput
     # benchmark) around the model's capacity, on the log scale (0.05 = 5%).
     "ceiling_sigma_mean": 0.05,
+    # HalfNormal scale of the log shortfall of the measured ceilings below the model's
+    # capacity, one shared by every configuration; 0: none. A throughput benchmark counts its
+    # completions over the whole run, its fill and drain included, so it delivers at most the
+    # capacity that constant arrivals can sustain, and less where its batches run in waves
+    # (the engine simulator's 70B with 512-token outputs: 4-10% less). The `capacity`
+    # variant's default is 0.05 (CapacityModel.default_config); `dense-capacity` keeps 0, its
+    # walls free per configuration (one ceiling each, llm-d's one: the shortfall and the wall
+    # trade freely, and its fit diverged).
+    "ceiling_shortfall_sd": 0.0,
     # Beta(a, b) on the MoE share of the verify coefficients that grows with expert coverage.
     "moe_share_beta": [2.0, 2.0],
     # dense variant: log C1, log C2 per configuration ~ Normal(mu, tau) with

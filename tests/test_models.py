@@ -105,6 +105,12 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     np.testing.assert_allclose(idata.observed_data["log_ceiling"],
                                np.log(model.ceilings["rps"]))
     assert "sigma_ceiling" in idata.posterior
+    # one shortfall of the ceilings below the capacity, shared by the hierarchical variant's
+    # configurations; dense-capacity's walls are free per configuration and have none
+    shortfall = idata.posterior.get("ceiling_shortfall")
+    assert (shortfall is not None) == (model.variant == "capacity")
+    if shortfall is not None:
+        assert shortfall.dims == ("chain", "draw") and float(shortfall.min()) >= 0.0
     loaded = fitting.load(path)
     assert loaded.ceilings["config"].tolist() == model.ceilings["config"].tolist()
     pred = model.predict(model.table.iloc[[0, 5]], seed=0)

@@ -457,9 +457,12 @@ class LatencyModel:
         return theory.capacity(parts["C2"], parts.get("C3", 0.0))
 
     def ceiling_likelihood(self, parts: dict, curves: pd.DataFrame) -> None:
-        """The measured ceilings as data: ``log ceiling ~ Normal(−log max(C2, C3), sigma_cap)``,
-        ``sigma_cap ~ Gamma(5, 5/m)``, for the variants whose capacity is a parameter
-        (:attr:`fits_ceilings`)."""
+        """The measured ceilings as data, for the variants whose capacity is a parameter
+        (:attr:`fits_ceilings`): ``log ceiling ~ Normal(−log max(C2, C3) − shortfall,
+        sigma_cap)``, ``sigma_cap ~ Gamma(5, 5/m)``, and where the ``ceiling_shortfall_sd``
+        prior is positive one ``shortfall ~ HalfNormal(ceiling_shortfall_sd)`` shared by every
+        ceiling: a throughput benchmark delivers at most the capacity (its fill and drain
+        count), never more but for its noise."""
         import pymc as pm
         import pytensor.tensor as pt
 
@@ -475,6 +478,9 @@ class LatencyModel:
         sigma = pm.Gamma("sigma_ceiling", alpha=5.0, beta=5.0 / mean)
         observed = pm.Data("log_ceiling_obs", np.log(self.ceilings["rps"].to_numpy(float)),
                            dims="ceiling")
+        shortfall_sd = self.config.prior("ceiling_shortfall_sd")
+        if shortfall_sd > 0:
+            log_cap = log_cap - pm.HalfNormal("ceiling_shortfall", shortfall_sd)
         pm.Normal("log_ceiling", mu=log_cap, sigma=sigma, observed=observed, dims="ceiling")
 
     # -- building ------------------------------------------------------------------------------
