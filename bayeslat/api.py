@@ -239,6 +239,7 @@ class Fit:
         info = pd.concat([_setup_info(ds) for ds in datasets], ignore_index=True)
         warnings += [f"{row.setup} was never measured: every load is a prediction of the "
                      "scaling laws (extrapolated)" for row in info.itertuples() if row.new_setup]
+        warnings += fitting.misfit_warnings(self.model, chosen)
         return Decisions(datasets=datasets, setups=chosen, info=info, warnings=warnings,
                          diagnostics=diag)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bayeslat.data import schema
 from bayeslat.errors import FitError
 from bayeslat.models import DEFAULT, config_of, get
 from bayeslat.models.base import FORMAT, read_fit
@@ -150,6 +151,37 @@ def unconverged_warning(diag: Diagnostics) -> str:
     return (f"the fit did not converge ({'; '.join(diag.problems())}); these results may be "
             "wrong: refit with more tuning steps and draws (--tune, --draws) before relying "
             "on them")
+
+
+_MISFIT_ATTR = "misfit"
+
+
+def record_misfit(model, check) -> None:
+    """Store in the fit (its posterior attrs, written by the next save) the configurations
+    that the adequacy ``check`` (:func:`bayeslat.adequacy.check`) marked misfit, with the share
+    of their points inside the 90% predictive interval, for :func:`misfit_warnings`."""
+    bad = check.configs[check.configs["misfit"]]
+    model.idata.posterior.attrs[_MISFIT_ATTR] = json.dumps(
+        dict(zip(bad["config"], bad["inside_90"].astype(float), strict=True)))
+
+
+def misfit_warnings(model, setups: pd.DataFrame) -> list[str]:
+    """One line per setup of ``setups`` (column ``setup``) with configurations that the fit's
+    stored adequacy check marked misfit (:func:`record_misfit`; none when the fit has no
+    record): its decisions rest on curves that do not follow those measurements."""
+    stored = json.loads(model.posterior.attrs.get(_MISFIT_ATTR, "{}"))
+    out = []
+    for setup, group in zip(setups["setup"], schema.group_labels(setups), strict=True):
+        baseline = f"{group} k0"
+        mine = {label.removeprefix(f"{setup} "): share for label, share in stored.items()
+                if label.startswith(f"{setup} ") or label == baseline}
+        if mine:
+            which = ", ".join(f"{'k0 (no SD)' if label == baseline else label} {share:.0%}"
+                              for label, share in mine.items())
+            out.append(f"{setup}: the fit misses its own measurements of {which} (points "
+                       "inside the 90% band; about 90% expected): the decisions there rest on "
+                       "a curve that does not follow them (bayeslat report, adequacy section)")
+    return out
 
 
 def few_groups_hint(model) -> str:

@@ -111,6 +111,31 @@ def test_fit_stores_its_diagnostics_and_decide_can_refuse_it(sweep, tmp_path, mo
     assert again.divergences == diag.divergences
 
 
+def test_fit_records_its_misfit_configurations_and_decide_warns_of_them(sweep, tmp_path,
+                                                                        mocked):
+    """The adequacy check's misfit configurations are stored in the fit; decide names them
+    for the setups it decides, and says nothing where the fit has no record."""
+    out = tmp_path / "fit.nc"
+    result = runner.invoke(app, ["fit", str(sweep), "--sampler", "pymc", "--draws", "10",
+                                 "--chains", "2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    fit = bayeslat.load(out)
+    stored = json.loads(fit.model.posterior.attrs["misfit"])
+    check = fit.adequacy(seed=0)  # prior draws (mocked): most configurations miss
+    assert set(stored) == set(check.misfit) and stored
+    label = check.misfit[0]
+    assert stored[label] == pytest.approx(
+        float(check.configs.set_index("config").loc[label, "inside_90"]))
+    found = fit.decide(0.6, rps=[1.0], allow_unconverged=True)
+    lines = [w for w in found.warnings if "misses its own measurements" in w]
+    setups = fit.setups()["setup"]
+    hit = [s for s in setups if any(c.startswith(f"{s} ") or c == f"{s.rsplit(' ', 1)[0]} k0"
+                                    for c in stored)]
+    assert [w.split(": the fit")[0] for w in lines] == hit and hit
+    del fit.model.posterior.attrs["misfit"]
+    assert fitting.misfit_warnings(fit.model, fit.setups()) == []
+
+
 class _CapacityStub:
     """A fitted model stand-in whose predict returns fixed capacity-form parts per k."""
 

@@ -68,10 +68,14 @@ def command(
         result = api.fit(data, model, config=config, draws=draws, tune=tune, chains=chains,
                          seed=seed, sampler=sampler, progressbar=True, exact=exact,
                          status=lambda msg: status.update(msg))
-        status.update(f"writing {output}")
-        result.save(output, overwrite=overwrite)
         status.update("checking the fit against its data")
-        check = result.adequacy(seed=seed)
+        try:
+            check = result.adequacy(seed=seed)
+            # decide warns about the setups whose configurations misfit
+            fitting.record_misfit(result.model, check)
+        finally:  # the fit is written even if the check fails
+            status.update(f"writing {output}")
+            result.save(output, overwrite=overwrite)
         status.update("summarising each configuration")
         headline = result.headline(seed=seed)
         # a sweep without SD: what it says about the server instead
