@@ -75,6 +75,12 @@ What was measured
 :func:`from_model` labels what lies outside the measurements: ``extrapolated`` (per setup and
 load) is true past the highest load measured in the setup's group, and everywhere for a setup
 never measured (other lengths or model sizes, predicted by the scaling laws);
+``speedup_extrapolated`` (per setup, alpha, k and load) is true where the speedup of k rests on
+a latency past what was measured: past the highest load measured with k at that alpha (or, for
+an alpha or k between measured ones, the least of the nearest measured configurations'), or past
+the baseline's (:func:`measured_configurations`). An SD configuration's capacity is often below
+its baseline's, so the group's range overstates its own. The decisions' ``extrapolated`` is
+the chosen k's;
 ``rps_star_beyond_capacity`` and ``alert_beyond_capacity`` flag an RPS* (median) or alert line
 above the measured ceiling (the baseline's throughput benchmark, or the highest measured rate
 where there is none). :func:`default_loads` gives each setup its own grid up to that ceiling.
@@ -376,6 +382,7 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
             quantile: float = 0.05, latency: xr.DataArray | None = None, *,
             c3: xr.DataArray | None = None, q: xr.DataArray | None = None,
             max_saturated: float = MAX_SATURATED, measured=None, ceiling=None,
+            measured_config: xr.DataArray | None = None,
             discrepancy: xr.DataArray | None = None) -> xr.Dataset:
     """Every decision quantity for the draws ``c1``, ``c2`` (``c3``, ``q``) on the loads ``rps``.
 
@@ -401,6 +408,9 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     measured, ceiling
         The highest measured load and the measured ceiling (req/s), scalars or DataArrays over
         the other dims (NaN: nothing measured, everything extrapolated); None when unknown.
+    measured_config
+        The highest measured load of each configuration (req/s), dims as ``c1`` less ``sample``
+        (:func:`measured_configurations`); None when unknown.
     discrepancy
         Draws of the log of the true latency over the model's, dims as the latency draws
         (:func:`~bayeslat.models.base.scatter_draws`); None: the model's curve is the truth.
@@ -417,7 +427,8 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     ``latency_tail`` (the true latency's ``1 − epsilon`` quantile, s, which ``k_risk`` minimises),
     ``p_valid`` (share of draws with an unsaturated baseline), ``extrapolated``,
     ``rps_star_beyond_capacity``, ``alert_beyond_capacity``, and, when given, ``rps_measured``
-    and ``rps_ceiling``.
+    and ``rps_ceiling``; with ``measured_config``, that and ``speedup_extrapolated`` (k's
+    latency or the baseline's past its measured loads).
     """
     _check_k(c1)
     lat = latency_draws(c1, c2, rps, c3, q) if latency is None else latency
@@ -455,6 +466,10 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
         measured = xr.DataArray(measured) if not isinstance(measured, xr.DataArray) else measured
         out["rps_measured"] = measured
         out["extrapolated"] = measured.isnull() | (grid > measured)
+    if measured_config is not None:
+        out["rps_measured_config"] = measured_config
+        past = measured_config.isnull() | (grid > measured_config)
+        out["speedup_extrapolated"] = past | past.sel(k=0)
     if ceiling is None:
         out["rps_star_beyond_capacity"] = xr.zeros_like(out["p_break_even"], dtype=bool)
         out["alert_beyond_capacity"] = xr.zeros_like(alert, dtype=bool)
@@ -601,6 +616,69 @@ def measured_loads(model, setup: pd.DataFrame) -> pd.DataFrame:
     out["ceiling_measured"] = out["rps_ceiling"].notna()
     out["rps_ceiling"] = out["rps_ceiling"].fillna(out["rps_measured"])
     return out
+
+
+def measured_configurations(model, setup: pd.DataFrame, alpha, ks) -> xr.DataArray:
+    """The highest load measured for each (setup, alpha, k): where its latency stops being data.
+
+    The baseline's (``k = 0``) is the highest rate measured without SD in the setup's group.
+    An SD configuration's is the highest rate measured with its drafter at that alpha and k;
+    for an alpha or k between measured ones it is the least of the nearest measured
+    configurations' (the measured alphas, and ks, just below and just above): a configuration
+    between two measured ones is taken as measured no further than either. Outside the
+    measured alphas or ks, and for a setup never measured, it is NaN: every load is an
+    extrapolation.
+
+    Parameters
+    ----------
+    model
+        A fitted model (``model.table``, the fitted rows).
+    setup
+        Rows as returned by :func:`setups`, possibly edited.
+    alpha, ks
+        Acceptance rates and draft lengths (0: the baseline).
+
+    Returns
+    -------
+    DataArray (req/s) with dims ``setup``, ``alpha``, ``k``.
+    """
+    table = model.table
+    alpha = np.atleast_1d(np.asarray(alpha, dtype=float))
+    ks = np.atleast_1d(np.asarray(ks, dtype=int))
+    new = measured_loads(model, setup)["new_setup"].to_numpy()
+    base = table[table["k"] == 0]
+    base_top = base["rps"].groupby(schema.group_labels(base).to_numpy()).max()
+    sd = table[table["k"] > 0]
+    sd_top = sd.groupby([schema.draft_labels(sd).to_numpy(), sd["alpha"].round(6).to_numpy(),
+                         sd["k"].to_numpy()])["rps"].max()
+    out = np.full((len(setup), len(alpha), len(ks)), np.nan)
+    for i, (label, group) in enumerate(zip(setup["setup"], schema.group_labels(setup),
+                                           strict=True)):
+        if new[i]:
+            continue
+        out[i, :, ks == 0] = base_top.get(group, np.nan)
+        if label not in sd_top.index.get_level_values(0):
+            continue
+        tops = sd_top.loc[label]
+        measured_a = np.unique(tops.index.get_level_values(0))
+        measured_k = np.unique(tops.index.get_level_values(1))
+        for j, a in enumerate(alpha):
+            for m, k in enumerate(ks):
+                near = [(x, y) for x in _nearest(measured_a, round(float(a), 6))
+                        for y in _nearest(measured_k, k) if (x, y) in tops.index]
+                if k > 0 and near:
+                    out[i, j, m] = min(tops[c] for c in near)
+    return xr.DataArray(out, dims=("setup", "alpha", "k"),
+                        coords={"setup": setup["setup"].to_numpy(), "alpha": alpha, "k": ks},
+                        attrs={"units": "req/s"})
+
+
+def _nearest(values: np.ndarray, x: float) -> list:
+    """The sorted ``values`` just below and just above ``x`` (``x`` alone where it is one of
+    them; none outside their range)."""
+    if not len(values) or x < values[0] or x > values[-1]:
+        return []
+    return sorted({values[values <= x].max(), values[values >= x].min()})
 
 
 def _baseline_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -756,9 +834,11 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
 
     per_setup = info.to_xarray()
     measured = per_setup["rps_measured"].where(~per_setup["new_setup"])
+    first = parts[model.parts[0]]
+    config = measured_configurations(model, setup, first["alpha"].values, first["k"].values)
     kwargs = {"epsilon": epsilon, "quantile": quantile, "max_saturated": max_saturated,
               "measured": measured, "ceiling": per_setup["rps_ceiling"],
-              "discrepancy": discrepancy}
+              "measured_config": config, "discrepancy": discrepancy}
     if moe:
         c1 = (parts["C1u"] + parts["C1s"]).isel(rps=0, drop=True)
         c2 = (parts["C2u"] + parts["C2s"]).isel(rps=0, drop=True)
@@ -837,8 +917,12 @@ def baselines(model, seed: int = 0) -> pd.DataFrame:
 def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     """One row per (setup, alpha, rps): the chosen k and what it is expected to give.
 
-    Columns: ``extrapolated`` (outside what was measured), ``k_neutral``, ``k_risk``, and for
-    the k of ``policy`` (``"risk"`` or ``"neutral"``) its speedup median and 90% interval,
+    Columns: ``extrapolated`` (outside what was measured: past the setup's highest measured
+    load or, where ``ds`` has ``speedup_extrapolated``, the chosen k's speedup, or the
+    baseline's latency where no k is chosen), ``rps_measured_k`` (the chosen k's highest
+    measured load, :func:`measured_configurations`; NaN where unknown), ``k_neutral``,
+    ``k_risk``, and for the k of ``policy`` (``"risk"`` or ``"neutral"``) its speedup median
+    and 90% interval,
     ``P(SD hurts)``, expected regret (over the draws where it is unsaturated) and
     ``p_saturated``, ``latency_tail`` (its latency's ``1 − epsilon`` quantile, s); ``p_valid``
     (share of draws with an unsaturated baseline); ``latency_tail_neutral``, that of the
@@ -851,8 +935,14 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
         return da.sel(k=k.fillna(0).astype(int)).drop_vars("k").where(k.notnull())
 
     spd = pick(ds["speedup"])
+    own = chosen.fillna(0).astype(int)  # where no k is chosen, the baseline's range
+    extrapolated = ds["extrapolated"].broadcast_like(chosen)
+    measured = xr.full_like(chosen, np.nan, dtype=float)
+    if "speedup_extrapolated" in ds:
+        extrapolated = extrapolated | ds["speedup_extrapolated"].sel(k=own).drop_vars("k")
+        measured = ds["rps_measured_config"].sel(k=own).drop_vars("k")
     table = xr.Dataset({
-        "extrapolated": ds["extrapolated"].broadcast_like(chosen),
+        "extrapolated": extrapolated, "rps_measured_k": measured,
         "k_neutral": ds["k_neutral"], "k_risk": ds["k_risk"],
         "speedup": spd.sel(stat="q50", drop=True),
         "speedup_q05": spd.sel(stat="q05", drop=True),
@@ -877,7 +967,8 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
     """The answer per (setup, alpha, rps) of ``ds`` (from :func:`analyse`): turn SD on or off,
     with which k, how sure, and why, in one row each, in that order.
 
-    Columns: ``setup``, ``alpha``, ``rps``, ``extrapolated``, ``answer`` (``"SD on, k = 4"``,
+    Columns: ``setup``, ``alpha``, ``rps``, ``extrapolated`` and ``rps_measured_k`` (as in
+    :func:`decision_table`), ``answer`` (``"SD on, k = 4"``,
     ``"SD off"``, or ``"saturated"`` where every k, no SD included, is past its capacity in
     too many draws), ``k`` (the risk-aware choice, NaN where saturated), its speedup median
     and 90% interval, ``p_sd_hurts``, its RPS* (median, 90%) and alert line with whether they
@@ -901,7 +992,8 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
                       f"SD on, k = {int(k)}") for k in out["k"]]
     out["reason"] = [_reason(r, eps, sat) for r in out.itertuples()]
     out = out.sort_values(at, kind="stable", ignore_index=True)
-    return out[["setup", "alpha", "rps", "extrapolated", "answer", "k", "speedup",
+    return out[["setup", "alpha", "rps", "extrapolated", "rps_measured_k", "answer", "k",
+                "speedup",
                 "speedup_q05", "speedup_q95", "p_sd_hurts", "rps_star", "rps_star_q05",
                 "rps_star_q95", "p_break_even", "rps_alert", "rps_star_beyond_capacity",
                 "alert_beyond_capacity", "reason"]]
@@ -909,7 +1001,7 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
 
 def _reason(r, eps: float, sat: float) -> str:
     """One line on why :func:`verdicts` answers as it does at row ``r``."""
-    where = "extrapolated past the highest measured load: " if r.extrapolated else ""
+    where = _extrapolation(r)
     if pd.isna(r.k):
         return (f"{where}every k, no SD included, is past its capacity in more than "
                 f"{sat:.0%} of the draws: the server does not keep up at this load")
@@ -925,6 +1017,20 @@ def _reason(r, eps: float, sat: float) -> str:
              f"it stops paying at about {r.rps_star:.3g} req/s")
     return (f"{where}{tail}, {_seconds(r.latency_tail)} (no SD: {_seconds(r.tail_off)}); "
             f"{after}")
+
+
+def _extrapolation(r) -> str:
+    """The start of :func:`verdicts`' reason at row ``r``: how its answer extrapolates."""
+    if not r.extrapolated:
+        return ""
+    whose = "no SD" if pd.isna(r.k) or r.k == 0 else f"k = {int(r.k)}"
+    if pd.isna(r.rps_measured_k):
+        return ("extrapolated (a setup never measured): " if whose == "no SD" else
+                f"extrapolated ({whose} was not measured at this alpha, nor between "
+                "measured alphas and ks): ")
+    if r.rps <= r.rps_measured_k:  # the chosen k was measured here, the baseline was not
+        return "extrapolated past no SD's highest measured load: "
+    return f"extrapolated past {whose}'s highest measured load, {r.rps_measured_k:.3g} req/s: "
 
 
 def _seconds(value: float) -> str:

@@ -198,10 +198,10 @@ def part_engine(args):
     # often runs higher, to where the baseline is past its capacity)
     rows = model.rows[model.rows["k"] == 0]
     measured = rows.groupby("group")["rps"].max()
-    # each SD configuration's own highest measured rate: past it, its speedup is extrapolated
-    top = model.rows.groupby(["group", model.rows["alpha0"].round(6), "k"])["rps"].max()
     cells, within, regrets, where, neutral, saturated = [], [], [], [], [], 0
-    regret_within = []  # whether every k's speedup at the regret's cell was within its rates
+    # at each regret's cell: whether every k's speedup was within its own measured rates, and
+    # whether decide's answer (the chosen k's) was
+    regret_within, answer_within = [], []
     for _, setup in setups.iterrows():
         group = setup["setup"].rsplit(" ", 1)[0]
         loads = np.linspace(0.1, 1.0, 5) * measured[group]
@@ -220,9 +220,9 @@ def part_engine(args):
                 true_k = {0: lat0} | {int(x.k): x.latency for x in at[
                     np.isclose(at["alpha"], alpha) & (at["k"] > 0)].itertuples()}
                 one = ds.sel(alpha=alpha, rps=r).isel(setup=0)
-                # whether each SD k was measured up to this load
-                measured_here = {k: r <= top.get((group, round(alpha, 6), k), -np.inf)
-                                 * (1 + 1e-9) for k in true_k if k > 0}
+                # decide's label: whether each k's speedup rests on loads past its measurements
+                past = one["speedup_extrapolated"]
+                measured_here = {k: not bool(past.sel(k=k)) for k in true_k if k > 0}
                 for k, lat in true_k.items():
                     if k == 0:
                         continue
@@ -237,6 +237,7 @@ def part_engine(args):
                 if np.isfinite(k_risk):
                     regrets.append(true_k[int(k_risk)] / true_k[best] - 1)
                     regret_within.append(all(measured_here.values()))
+                    answer_within.append(not bool(past.sel(k=int(k_risk))))
                     where.append(f"{setup['setup']}, alpha {alpha:g}, {r:.3g} req/s: k "
                                  f"{int(k_risk)} where k {best} is best; P(SD slower) "
                                  + ", ".join(f"k {k} {p:.2f}" for k, p in zip(
@@ -246,7 +247,8 @@ def part_engine(args):
                                          one["k"].values, one["latency_tail"].values,
                                          strict=True)))
     cells, within = np.array(cells), np.array(within)
-    regrets, neutral, regret_within = np.array(regrets), np.array(neutral), np.array(regret_within)
+    regrets, neutral = np.array(regrets), np.array(neutral)
+    regret_within, answer_within = np.array(regret_within), np.array(answer_within)
     print(f"    decide's 90% speedup bands cover the long-run truth in {cells[within].mean():.3f}"
           f" of {within.sum()} (setup, alpha, k, load) cells within the SD configuration's own "
           f"measured rates, {cells.mean():.3f} of all {len(cells)} up to the baseline's top "
@@ -257,6 +259,12 @@ def part_engine(args):
     inside = regrets[regret_within]
     print(f"    risk-aware k where every k's load is within its own measured rates: mean regret "
           f"{inside.mean():.2%}, max {inside.max():.1%} over {len(inside)} cells")
+    shown = regrets[answer_within]
+    print(f"    risk-aware k where decide does not mark its answer extrapolated: mean regret "
+          f"{shown.mean():.2%}, max {shown.max():.1%} over {len(shown)} cells; where it does: "
+          + (f"mean {regrets[~answer_within].mean():.2%}, max "
+             f"{regrets[~answer_within].max():.1%} over {(~answer_within).sum()} cells"
+             if (~answer_within).any() else "none"))
     print(f"    the largest regret: {where[int(regrets.argmax())]}")
 
 

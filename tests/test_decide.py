@@ -284,6 +284,32 @@ def test_measured_range_and_beyond_capacity_flags():
     assert not unlabelled["rps_star_beyond_capacity"].any()
 
 
+def test_a_speedup_is_extrapolated_past_its_own_configurations_measured_loads():
+    """Each k's speedup is extrapolated past the load measured with that k, or without SD;
+    a decision row is extrapolated as its chosen k's speedup, and says whose range it left."""
+    c1, c2 = point_mass(10)
+    rps = [0.0, 4.0, 9.0, 13.5, 15.0]
+    own = xr.DataArray([14.0, 8.0, 5.0], dims="k", coords={"k": KS})
+    out = decide.analyse(c1, c2, rps, measured=14.0, ceiling=15.0, measured_config=own)
+    past = out["speedup_extrapolated"].transpose("k", "rps").values
+    np.testing.assert_array_equal(past, [[False, False, False, False, True],
+                                         [False, False, True, True, True],
+                                         [False, False, True, True, True]])
+    v = decide.verdicts(out.expand_dims(setup=["s"], alpha=[0.7])).set_index("rps")
+    # k = 6 idle, k = 2 at 9 req/s (measured to 8), no SD at 13.5, nothing at 15
+    assert v["extrapolated"].to_list() == [False, False, True, False, True]
+    assert v["rps_measured_k"].to_list() == [5.0, 5.0, 8.0, 14.0, 14.0]
+    assert v.loc[9.0, "reason"].startswith(
+        "extrapolated past k = 2's highest measured load, 8 req/s: ")
+    assert v.loc[15.0, "reason"].startswith("extrapolated past no SD's highest measured load, ")
+    # the chosen k measured at the load, the baseline not
+    own = xr.DataArray([8.5, 10.0, 5.0], dims="k", coords={"k": KS})
+    out = decide.analyse(c1, c2, [9.0], measured=14.0, ceiling=15.0, measured_config=own)
+    v = decide.verdicts(out.expand_dims(setup=["s"], alpha=[0.7]))
+    assert v["answer"].item() == "SD on, k = 2" and v["extrapolated"].item()
+    assert v["reason"].item().startswith("extrapolated past no SD's highest measured load: ")
+
+
 def test_discrepancy_widens_the_bands_and_leaves_the_expectations():
     """With the true latency scattering about the curve, the speedup bands and P(SD hurts)
     take the scatter; the expectations, the risk-neutral k and RPS* stay on the curve."""

@@ -174,6 +174,28 @@ def test_default_grid_per_setup_ends_at_the_measured_ceiling(fits):
     assert table_rows["extrapolated"].tolist() == past.tolist()
 
 
+def test_each_configuration_is_measured_as_far_as_its_nearest_measured_neighbours(fits):
+    """A measured configuration's highest measured load is its own; an alpha or k between
+    measured ones takes the least of its neighbours'; outside them, or for a setup never
+    measured, none (NaN); the baseline's is its group's highest rate without SD."""
+    model = fitting.load(fits["hierarchical"])
+    table = model.table
+    one = decide.setups(table).iloc[[0]]
+    mine = table[(schema.group_labels(table) == schema.group_labels(one).iloc[0]).to_numpy()]
+    top = mine.groupby(["alpha", "k"])["rps"].max()  # SPEC: alphas 0.6, 0.9; ks 2, 4
+    got = decide.measured_configurations(model, one, [0.5, 0.6, 0.7, 0.9], [0, 1, 2, 3, 4, 5])
+    got = got.isel(setup=0)
+    assert (got.sel(k=0) == mine.loc[mine["k"] == 0, "rps"].max()).all()
+    assert got.sel(alpha=0.6, k=2) == top[(0.6, 2)] and got.sel(alpha=0.9, k=4) == top[(0.9, 4)]
+    assert got.sel(alpha=0.7, k=2) == min(top[(0.6, 2)], top[(0.9, 2)])
+    assert got.sel(alpha=0.9, k=3) == min(top[(0.9, 2)], top[(0.9, 4)])
+    assert got.sel(alpha=0.7, k=3) == top.min()
+    assert np.isnan(got.sel(alpha=0.5, k=2)) and np.isnan(got.sel(k=[1, 5])).all()
+    other = one.assign(prefill_tokens=2048.0)
+    other["setup"] = schema.draft_labels(other)
+    assert np.isnan(decide.measured_configurations(model, other, [0.6], [0, 2])).all()
+
+
 @pytest.mark.parametrize("name", ["hierarchical", "moe"])
 def test_each_setup_is_from_model_per_setup_with_one_prediction(fits, name, monkeypatch):
     """each_setup gives what one from_model call per setup on its own grid gives, with one
@@ -204,10 +226,16 @@ def test_default_grid_through_the_cli(fits, monkeypatch):
     result = invoke(fits["hierarchical"], "--alpha", "0.7", "--k", "0,2", "--format", "json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
+    table = fitting.load(fits["hierarchical"]).table
+    base = table[table["k"] == 0]
+    base_top = base["rps"].groupby(schema.group_labels(base).to_numpy()).max()
     tops = {}
     for row in out["decisions"]:
         tops[row["setup"]] = max(tops.get(row["setup"], 0.0), row["rps"])
-        assert row["extrapolated"] is False
+        # past its group's measurements nowhere; past the chosen k's or no SD's in places
+        group = row["setup"].rsplit(" ", 1)[0]
+        reach = min(row["rps_measured_k"], base_top[group]) * (1 + 1e-9)  # JSON's rounding
+        assert row["extrapolated"] == (row["rps"] > reach)
     assert len(out["decisions"]) == 4 * decide.GRID_POINTS
     measured = {s["setup"]: s["rps_measured"] for s in out["setups"]}
     assert tops == pytest.approx(measured) and len(set(tops.values())) == 4

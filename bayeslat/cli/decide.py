@@ -51,7 +51,8 @@ def command(
     Risk-neutral picks the k with the lowest expected latency; risk-aware the k with the lowest
     latency at probability 1 - --risk (its posterior 95% quantile by default). Neither picks a
     k that is past its capacity in more than --max-saturated of the posterior draws at that
-    load. Loads past the highest measured rate are marked extrapolated. --format vllm prints a
+    load. A row is marked extrapolated past the highest rate measured with its chosen k (at
+    that alpha, or the nearest measured ones) or without SD. --format vllm prints a
     --speculative-config whose num_speculative_tokens_per_batch_size follows k*(rps) mapped to
     batch size B = rps*L.
     """
@@ -151,7 +152,9 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
               "regret = expected extra latency of that k over the best k, in the "
               "draws where it keeps up; P(sat) = share of draws in which it is past its "
               f"capacity (neither policy picks a k above {max_saturated:g}); extrapolated = "
-              "past the highest measured load; RPS* shown where it exists in most draws; "
+              "past the highest load measured with the risk-aware k at this alpha (or with "
+              "the nearest measured alphas and ks) or without SD; RPS* shown where it exists "
+              "in most draws; "
               "alert = load below which SD hurts with only 5% probability; beyond capacity = "
               "above the measured ceiling; note 'k N: x s' = the risk-neutral k and its "
               f"latency at {1 - risk:.0%} probability, above the risk-aware k's.",

@@ -27,7 +27,10 @@ def section(inputs) -> page.Section:
         "ends a little past the setup's measured ceiling (the throughput benchmark of its "
         "baseline; dashed line), or past its highest measured load where none was measured; "
         "loads above the highest measured one are shaded: there the curves are extrapolation, "
-        "not measurement."))
+        "not measurement. A draft length's own measurements often end earlier (its capacity "
+        "is below its baseline's): a bar across its median line marks the highest load "
+        "measured with it (or, for an acceptance rate between measured ones, the nearest "
+        "measured configurations')."))
     out.add(inputs.skipped_note())
     if not inputs.decisions:
         return out
@@ -92,6 +95,12 @@ def _speedup_panel(ax, ds):
         ax.plot(rps, spd["q50"][i], color=st["color"], ls=st["linestyle"],
                 marker=st["marker"], markevery=5, ms=4, mfc="white", lw=1.2,
                 label=f"k={k} (P(RPS* exists)={p_exists[i]:.2f})")
+    if "rps_measured_config" in ds:  # where each k's own measurements end
+        ends = ds["rps_measured_config"].sel(k=ks).values
+        for i, (k, end) in enumerate(zip(ks, ends, strict=True)):
+            if rps[0] <= end <= rps[-1]:
+                ax.plot([end], [np.interp(end, rps, spd["q50"][i])], marker="|", ms=9, mew=1.6,
+                        color=page.k_style(k)["color"])
     ax.axhline(1.0, color="k", lw=0.8)
     _saturated(ax, ds)
     _break_even_boxes(ax, ks, p_exists, _stats(ds["rps_star"], ks))
