@@ -80,7 +80,10 @@ a latency past what was measured: past the highest load measured with k at that 
 an alpha or k between measured ones, the least of the nearest measured configurations'), or past
 the baseline's (:func:`measured_configurations`). An SD configuration's capacity is often below
 its baseline's, so the group's range overstates its own. The decisions' ``extrapolated`` is
-the chosen k's;
+the chosen k's, and ``unmeasured_ks`` lists the other ks in contention there (keeping up in at
+least half the draws: :data:`CONTENDER`) that were measured only at lower loads: a choice
+against them rests on a prediction past their measurements (whether they keep up at all
+included);
 ``rps_star_beyond_capacity`` and ``alert_beyond_capacity`` flag an RPS* (median) or alert line
 above the measured ceiling (the baseline's throughput benchmark, or the highest measured rate
 where there is none). :func:`default_loads` gives each setup its own grid up to that ceiling.
@@ -105,6 +108,10 @@ SAMPLE = "sample"
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 # Largest share of draws in which a k may saturate at a load and still be chosen there.
 MAX_SATURATED = 0.05
+# Least share of draws in which a k keeps up for it to count as in contention at a load, where
+# decide names the contenders measured only at lower loads: a k the model saturates in half its
+# draws or more is not one a choice against rests on.
+CONTENDER = 0.5
 # Loads in a setup's default grid (0 to its measured ceiling).
 GRID_POINTS = 12
 # Columns that tell one setup (a group with its drafter) from another.
@@ -318,7 +325,8 @@ def tail_latency(true: xr.DataArray, risk: float) -> xr.DataArray:
 
 def risk_aware_k(lat: xr.DataArray, quantile: float | None = None,
                  epsilon: float | None = None, max_saturated: float = MAX_SATURATED,
-                 true: xr.DataArray | None = None) -> xr.DataArray:
+                 true: xr.DataArray | None = None,
+                 tail: xr.DataArray | None = None) -> xr.DataArray:
     """The risk-aware choice of k among the eligible ones (:func:`eligible`).
 
     Parameters
@@ -336,6 +344,8 @@ def risk_aware_k(lat: xr.DataArray, quantile: float | None = None,
     true
         Draws of the true latency (the model's times the discrepancy, :func:`analyse`) for
         the latency and speedup quantiles; ``lat`` when None.
+    tail
+        ``tail_latency(true, epsilon)`` where the caller has it already.
 
     Returns
     -------
@@ -346,7 +356,7 @@ def risk_aware_k(lat: xr.DataArray, quantile: float | None = None,
     true = lat if true is None else true
     ok = eligible(lat, max_saturated)
     if quantile is None:
-        tail = tail_latency(true, epsilon).where(ok)
+        tail = (tail_latency(true, epsilon) if tail is None else tail).where(ok)
         return _lowest_expected(lat, ok & (tail == tail.min("k"))).rename("k_risk")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -427,8 +437,10 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     ``latency_tail`` (the true latency's ``1 − epsilon`` quantile, s, which ``k_risk`` minimises),
     ``p_valid`` (share of draws with an unsaturated baseline), ``extrapolated``,
     ``rps_star_beyond_capacity``, ``alert_beyond_capacity``, and, when given, ``rps_measured``
-    and ``rps_ceiling``; with ``measured_config``, that and ``speedup_extrapolated`` (k's
-    latency or the baseline's past its measured loads).
+    and ``rps_ceiling``; with ``measured_config``, that, ``speedup_extrapolated`` (k's
+    latency or the baseline's past its measured loads) and ``unmeasured_contender`` (a k with a
+    measured range, keeping up in at least :data:`CONTENDER` of the draws, whose speedup here is
+    extrapolated).
     """
     _check_k(c1)
     lat = latency_draws(c1, c2, rps, c3, q) if latency is None else latency
@@ -439,6 +451,7 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     star = break_even_draws(c1, c2, c3, q)
     rps_star = summarize(star)
     alert = alert_line(hurt_onset_draws(c1, c2, c3, q), quantile)
+    tail = tail_latency(true, epsilon)
     out = xr.Dataset({
         "speedup": speedup,
         "p_sd_hurts": p_sd_hurts(true),
@@ -454,8 +467,9 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
         "p_saturated": saturated_share(lat),
         "expected_latency": expected_latency(lat),
         "k_neutral": risk_neutral_k(lat, max_saturated),
-        "k_risk": risk_aware_k(lat, epsilon=epsilon, max_saturated=max_saturated, true=true),
-        "latency_tail": tail_latency(true, epsilon),
+        "k_risk": risk_aware_k(lat, epsilon=epsilon, max_saturated=max_saturated, true=true,
+                               tail=tail),
+        "latency_tail": tail,
         "p_valid": np.isfinite(lat.sel(k=0)).mean(SAMPLE),
         "latency": summarize(lat.where(np.isfinite(lat))),
     })
@@ -470,6 +484,8 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
         out["rps_measured_config"] = measured_config
         past = measured_config.isnull() | (grid > measured_config)
         out["speedup_extrapolated"] = past | past.sel(k=0)
+        out["unmeasured_contender"] = (out["speedup_extrapolated"] & measured_config.notnull()
+                                       & (out["p_saturated"] <= 1 - CONTENDER))
     if ceiling is None:
         out["rps_star_beyond_capacity"] = xr.zeros_like(out["p_break_even"], dtype=bool)
         out["alert_beyond_capacity"] = xr.zeros_like(alert, dtype=bool)
@@ -666,7 +682,7 @@ def measured_configurations(model, setup: pd.DataFrame, alpha, ks) -> xr.DataArr
             for m, k in enumerate(ks):
                 near = [(x, y) for x in _nearest(measured_a, round(float(a), 6))
                         for y in _nearest(measured_k, k) if (x, y) in tops.index]
-                if k > 0 and near:
+                if k > 0 and near:  # (k = 0 is never among the measured SD ks)
                     out[i, j, m] = min(tops[c] for c in near)
     return xr.DataArray(out, dims=("setup", "alpha", "k"),
                         coords={"setup": setup["setup"].to_numpy(), "alpha": alpha, "k": ks},
@@ -920,9 +936,11 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     Columns: ``extrapolated`` (outside what was measured: past the setup's highest measured
     load or, where ``ds`` has ``speedup_extrapolated``, the chosen k's speedup, or the
     baseline's latency where no k is chosen), ``rps_measured_k`` (the chosen k's highest
-    measured load, :func:`measured_configurations`; NaN where unknown), ``k_neutral``,
-    ``k_risk``, and for the k of ``policy`` (``"risk"`` or ``"neutral"``) its speedup median
-    and 90% interval,
+    measured load, :func:`measured_configurations`; NaN where unknown), ``unmeasured_ks``
+    (the other ks in contention there whose speedups are extrapolated past their measured
+    loads, a list: ``unmeasured_contender`` of :func:`analyse`), ``k_neutral``, ``k_risk``,
+    and for the k of ``policy`` (``"risk"`` or ``"neutral"``) its speedup median and 90%
+    interval,
     ``P(SD hurts)``, expected regret (over the draws where it is unsaturated) and
     ``p_saturated``, ``latency_tail`` (its latency's ``1 − epsilon`` quantile, s); ``p_valid``
     (share of draws with an unsaturated baseline); ``latency_tail_neutral``, that of the
@@ -954,7 +972,22 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     })
     out = table.to_dataframe().reset_index()[["setup", "alpha", "rps", *table.data_vars]]
     out["extrapolated"] = out["extrapolated"].astype(bool)
+    out.insert(out.columns.get_loc("rps_measured_k") + 1, "unmeasured_ks",
+               _unmeasured_ks(ds, chosen, out))
     return out
+
+
+def _unmeasured_ks(ds: xr.Dataset, chosen: xr.DataArray, rows: pd.DataFrame) -> list:
+    """Per row of ``rows`` (a :func:`decision_table`), the ks other than ``chosen`` that
+    ``ds["unmeasured_contender"]`` marks (empty lists without it)."""
+    if "unmeasured_contender" not in ds:
+        return [[] for _ in range(len(rows))]
+    at = ["setup", "alpha", "rps"]
+    marked = (ds["unmeasured_contender"] & (ds["k"] != chosen.fillna(-1))).broadcast_like(chosen)
+    flat = marked.to_dataframe("marked").reset_index()
+    found = flat[flat["marked"]].groupby(at)["k"].agg(lambda ks: sorted(map(int, ks)))
+    keys = pd.MultiIndex.from_frame(rows[at])
+    return [found.get(key, []) for key in keys]
 
 
 def shows_rps_star(p_break_even: float) -> bool:
@@ -967,8 +1000,8 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
     """The answer per (setup, alpha, rps) of ``ds`` (from :func:`analyse`): turn SD on or off,
     with which k, how sure, and why, in one row each, in that order.
 
-    Columns: ``setup``, ``alpha``, ``rps``, ``extrapolated`` and ``rps_measured_k`` (as in
-    :func:`decision_table`), ``answer`` (``"SD on, k = 4"``,
+    Columns: ``setup``, ``alpha``, ``rps``, ``extrapolated``, ``rps_measured_k`` and
+    ``unmeasured_ks`` (as in :func:`decision_table`), ``answer`` (``"SD on, k = 4"``,
     ``"SD off"``, or ``"saturated"`` where every k, no SD included, is past its capacity in
     too many draws), ``k`` (the risk-aware choice, NaN where saturated), its speedup median
     and 90% interval, ``p_sd_hurts``, its RPS* (median, 90%) and alert line with whether they
@@ -992,7 +1025,8 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
                       f"SD on, k = {int(k)}") for k in out["k"]]
     out["reason"] = [_reason(r, eps, sat) for r in out.itertuples()]
     out = out.sort_values(at, kind="stable", ignore_index=True)
-    return out[["setup", "alpha", "rps", "extrapolated", "rps_measured_k", "answer", "k",
+    return out[["setup", "alpha", "rps", "extrapolated", "rps_measured_k", "unmeasured_ks",
+                "answer", "k",
                 "speedup",
                 "speedup_q05", "speedup_q95", "p_sd_hurts", "rps_star", "rps_star_q05",
                 "rps_star_q95", "p_break_even", "rps_alert", "rps_star_beyond_capacity",
@@ -1001,6 +1035,18 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
 
 def _reason(r, eps: float, sat: float) -> str:
     """One line on why :func:`verdicts` answers as it does at row ``r``."""
+    return _why(r, eps, sat) + ("" if not r.unmeasured_ks else
+                                f"; {_ks_text(r.unmeasured_ks)} measured only at lower loads")
+
+
+def _ks_text(ks) -> str:
+    """``k = 4, 6`` (``no SD`` for 0) for a list of draft lengths, as reasons name them."""
+    sd = [str(k) for k in ks if k > 0]
+    names = (["no SD"] if 0 in ks else []) + ([f"k = {', '.join(sd)}"] if sd else [])
+    return " and ".join(names)
+
+
+def _why(r, eps: float, sat: float) -> str:
     where = _extrapolation(r)
     if pd.isna(r.k):
         return (f"{where}every k, no SD included, is past its capacity in more than "

@@ -193,14 +193,18 @@ def part_engine(args):
     configs = chosen.configurations()
     table = sweep(configs, chosen.protocol, seed=seed, workers=2)
     model = fitted(args.variants[-1], table, args, "engine")
+    check = adequacy.check(model, seed=args.seed)
+    misfit = set(check.configs.loc[check.configs["misfit"], "config"])
     setups = decide.setups(model.table)
     # a speedup is measured up to the baseline's highest measured rate (an SD configuration
     # often runs higher, to where the baseline is past its capacity)
     rows = model.rows[model.rows["k"] == 0]
     measured = rows.groupby("group")["rps"].max()
     cells, within, regrets, where, neutral, saturated = [], [], [], [], [], 0
+    fits_badly = []  # whether the cell's SD configuration or its baseline is marked misfit
     # at each regret's cell: whether every k's speedup was within its own measured rates, and
-    # whether decide's answer (the chosen k's) was
+    # whether decide's answer was (neither its chosen k's nor another contending k's
+    # extrapolated: decide's row neither "extrapolated" nor naming "unmeasured" ks)
     regret_within, answer_within = [], []
     for _, setup in setups.iterrows():
         group = setup["setup"].rsplit(" ", 1)[0]
@@ -230,6 +234,8 @@ def part_engine(args):
                     s = lat0 / lat
                     cells.append(float(band.sel(stat="q05")) <= s <= float(band.sel(stat="q95")))
                     within.append(measured_here[k])
+                    fits_badly.append(f"{setup['setup']} a{alpha:g} k{k}" in misfit
+                                      or f"{group} k0" in misfit)
                 k_risk = one["k_risk"].item()
                 best = min(true_k, key=true_k.get)
                 if np.isfinite(one["k_neutral"].item()):
@@ -237,7 +243,9 @@ def part_engine(args):
                 if np.isfinite(k_risk):
                     regrets.append(true_k[int(k_risk)] / true_k[best] - 1)
                     regret_within.append(all(measured_here.values()))
-                    answer_within.append(not bool(past.sel(k=int(k_risk))))
+                    others = one["unmeasured_contender"].sel(k=one["k"] != k_risk)
+                    answer_within.append(not (bool(past.sel(k=int(k_risk)))
+                                              or bool(others.any())))
                     where.append(f"{setup['setup']}, alpha {alpha:g}, {r:.3g} req/s: k "
                                  f"{int(k_risk)} where k {best} is best; P(SD slower) "
                                  + ", ".join(f"k {k} {p:.2f}" for k, p in zip(
@@ -246,7 +254,7 @@ def part_engine(args):
                                      f"k {k} {t:.3g} s" for k, t in zip(
                                          one["k"].values, one["latency_tail"].values,
                                          strict=True)))
-    cells, within = np.array(cells), np.array(within)
+    cells, within, fits_badly = np.array(cells), np.array(within), np.array(fits_badly)
     regrets, neutral = np.array(regrets), np.array(neutral)
     regret_within, answer_within = np.array(regret_within), np.array(answer_within)
     print(f"    decide's 90% speedup bands cover the long-run truth in {cells[within].mean():.3f}"
@@ -256,11 +264,18 @@ def part_engine(args):
           "risk-aware k: mean regret "
           f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells; "
           f"risk-neutral k: {neutral.mean():.2%}, max {neutral.max():.1%}")
+    for name, part in (("marked misfit", fits_badly), ("not", ~fits_badly)):
+        mine = within & part
+        print(f"    within the own rates, configurations {name} by the fit's adequacy check "
+              f"({len(misfit)} of {len(check.configs)}): "
+              + (f"{cells[mine].mean():.3f} of {mine.sum()} cells covered" if mine.any()
+                 else "no cells"))
     inside = regrets[regret_within]
     print(f"    risk-aware k where every k's load is within its own measured rates: mean regret "
           f"{inside.mean():.2%}, max {inside.max():.1%} over {len(inside)} cells")
     shown = regrets[answer_within]
-    print(f"    risk-aware k where decide does not mark its answer extrapolated: mean regret "
+    print(f"    risk-aware k where decide marks neither its answer extrapolated nor another "
+          f"k unmeasured: mean regret "
           f"{shown.mean():.2%}, max {shown.max():.1%} over {len(shown)} cells; where it does: "
           + (f"mean {regrets[~answer_within].mean():.2%}, max "
              f"{regrets[~answer_within].max():.1%} over {(~answer_within).sum()} cells"

@@ -302,6 +302,10 @@ def test_a_speedup_is_extrapolated_past_its_own_configurations_measured_loads():
     assert v.loc[9.0, "reason"].startswith(
         "extrapolated past k = 2's highest measured load, 8 req/s: ")
     assert v.loc[15.0, "reason"].startswith("extrapolated past no SD's highest measured load, ")
+    # the other ks that could be chosen (below their capacity: k = 2 to 13.9 req/s, k = 6 to
+    # 11.8) but were measured only at lower loads
+    assert v["unmeasured_ks"].to_list() == [[], [], [6], [2], []]
+    assert v.loc[9.0, "reason"].endswith("; k = 6 measured only at lower loads")
     # the chosen k measured at the load, the baseline not
     own = xr.DataArray([8.5, 10.0, 5.0], dims="k", coords={"k": KS})
     out = decide.analyse(c1, c2, [9.0], measured=14.0, ceiling=15.0, measured_config=own)

@@ -236,6 +236,7 @@ def test_default_grid_through_the_cli(fits, monkeypatch):
         group = row["setup"].rsplit(" ", 1)[0]
         reach = min(row["rps_measured_k"], base_top[group]) * (1 + 1e-9)  # JSON's rounding
         assert row["extrapolated"] == (row["rps"] > reach)
+        assert set(row["unmeasured_ks"]) <= {0, 2} - {row["k_risk"]}
     assert len(out["decisions"]) == 4 * decide.GRID_POINTS
     measured = {s["setup"]: s["rps_measured"] for s in out["setups"]}
     assert tops == pytest.approx(measured) and len(set(tops.values())) == 4

@@ -157,7 +157,9 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
               "in most draws; "
               "alert = load below which SD hurts with only 5% probability; beyond capacity = "
               "above the measured ceiling; note 'k N: x s' = the risk-neutral k and its "
-              f"latency at {1 - risk:.0%} probability, above the risk-aware k's.",
+              f"latency at {1 - risk:.0%} probability, above the risk-aware k's; 'unmeasured: "
+              "N' = other ks (or no SD) keeping up in at least half the draws at this load but "
+              "measured only at lower loads: the choice compares with their extrapolation.",
               highlight=False)
 
 
@@ -169,6 +171,9 @@ def _decision_cells(r, max_saturated):
     notes = ["no-SD saturated"] if r.p_valid < 0.5 else []
     if np.isfinite(r.k_neutral) and r.k_neutral != r.k_risk:
         notes.append(f"k {int(r.k_neutral)}: {_num(r.latency_tail_neutral, '.3g')} s")
+    if r.unmeasured_ks:
+        notes.append("unmeasured: " + ", ".join("no SD" if k == 0 else str(k)
+                                                 for k in r.unmeasured_ks))
     note = "; ".join(notes)
     if not np.isfinite(r.speedup):
         return ("–", "", f"{r.p_sd_hurts:.2f}", _num(r.regret, ".1%"), f"{r.p_saturated:.2f}",

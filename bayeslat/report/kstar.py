@@ -38,7 +38,11 @@ def section(inputs) -> page.Section:
         "k (lowest expected latency) and the risk-aware k (lowest latency at "
         f"{1 - inputs.epsilon:.0%} probability), with the risk-aware k's speedup (median and 90% "
         "interval), P(SD hurts) and expected regret (mean extra latency over the best k in "
-        "each draw)."), page.table(decision_table(inputs), scroll=True))
+        "each draw). A row is extrapolated past the highest load measured with its chosen k "
+        "(at that acceptance rate, or the nearest measured ones) or without SD; beside it, "
+        "how far the chosen k was measured and the other ks in contention there (keeping up "
+        "in at least half the draws) that were measured only at lower loads."),
+        page.table(decision_table(inputs), scroll=True))
     return out
 
 
@@ -123,11 +127,15 @@ def decision_table(inputs) -> pd.DataFrame:
     df = pd.concat(parts, ignore_index=True)
     for col in ("k_neutral", "k_risk"):
         df[col] = df[col].map(lambda v: "–" if pd.isna(v) else str(int(v)))
+    df["unmeasured_ks"] = df["unmeasured_ks"].map(
+        lambda ks: ", ".join("no SD" if k == 0 else str(k) for k in ks))
     return df.rename(columns={
         "rps": "rps (req/s)", "k_neutral": "k risk-neutral", "k_risk": "k risk-aware",
         "speedup": "speedup median", "speedup_q05": "speedup 5%",
         "speedup_q95": "speedup 95%", "p_sd_hurts": "P(SD hurts)",
         "regret": "expected regret", "p_saturated": "P(saturated)",
         "extrapolated": "extrapolated", "p_valid": "P(baseline unsaturated)",
+        "rps_measured_k": "chosen k measured to (req/s)",
+        "unmeasured_ks": "other ks in contention, measured only below",
         "latency_tail": f"latency at {1 - inputs.epsilon:.0%} (s)",
         "latency_tail_neutral": f"risk-neutral k's latency at {1 - inputs.epsilon:.0%} (s)"})
