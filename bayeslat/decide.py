@@ -392,7 +392,7 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
             quantile: float = 0.05, latency: xr.DataArray | None = None, *,
             c3: xr.DataArray | None = None, q: xr.DataArray | None = None,
             max_saturated: float = MAX_SATURATED, measured=None, ceiling=None,
-            measured_config: xr.DataArray | None = None,
+            measured_config: xr.DataArray | None = None, misfit: xr.DataArray | None = None,
             discrepancy: xr.DataArray | None = None) -> xr.Dataset:
     """Every decision quantity for the draws ``c1``, ``c2`` (``c3``, ``q``) on the loads ``rps``.
 
@@ -421,6 +421,9 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     measured_config
         The highest measured load of each configuration (req/s), dims as ``c1`` less ``sample``
         (:func:`measured_configurations`); None when unknown.
+    misfit
+        Whether the fit's adequacy check marked each configuration misfit (bool, dims as
+        ``measured_config``, :func:`misfit_configurations`); None when unknown.
     discrepancy
         Draws of the log of the true latency over the model's, dims as the latency draws
         (:func:`~bayeslat.models.base.scatter_draws`); None: the model's curve is the truth.
@@ -440,7 +443,8 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     and ``rps_ceiling``; with ``measured_config``, that, ``speedup_extrapolated`` (k's
     latency or the baseline's past its measured loads) and ``unmeasured_contender`` (a k with a
     measured range, keeping up in at least :data:`CONTENDER` of the draws, whose speedup here is
-    extrapolated).
+    extrapolated); with ``misfit``, ``misfit`` (k's configuration or the baseline marked
+    misfit: its speedup rests on a curve that misses its measurements).
     """
     _check_k(c1)
     lat = latency_draws(c1, c2, rps, c3, q) if latency is None else latency
@@ -486,6 +490,8 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
         out["speedup_extrapolated"] = past | past.sel(k=0)
         out["unmeasured_contender"] = (out["speedup_extrapolated"] & measured_config.notnull()
                                        & (out["p_saturated"] <= 1 - CONTENDER))
+    if misfit is not None:
+        out["misfit"] = misfit | misfit.sel(k=0)
     if ceiling is None:
         out["rps_star_beyond_capacity"] = xr.zeros_like(out["p_break_even"], dtype=bool)
         out["alert_beyond_capacity"] = xr.zeros_like(alert, dtype=bool)
@@ -658,35 +664,57 @@ def measured_configurations(model, setup: pd.DataFrame, alpha, ks) -> xr.DataArr
     -------
     DataArray (req/s) with dims ``setup``, ``alpha``, ``k``.
     """
+    out = _per_configuration(model, setup, alpha, ks, model.table["rps"], min)
+    out.attrs["units"] = "req/s"
+    return out
+
+
+def misfit_configurations(model, setup: pd.DataFrame, alpha, ks) -> xr.DataArray:
+    """Whether the fit's adequacy check marked each (setup, alpha, k) misfit
+    (:func:`bayeslat.fitting.misfit_record`): the configuration itself or, for an alpha or k
+    between measured ones, any of the nearest measured configurations (as in
+    :func:`measured_configurations`); for ``k = 0`` the setup's baseline. False where nothing
+    was measured or the fit has no record. Dims ``setup``, ``alpha``, ``k``."""
+    from bayeslat.fitting import misfit_record
+
+    table = model.table
+    marked = schema.config_labels(table).isin(set(misfit_record(model))).astype(float)
+    return _per_configuration(model, setup, alpha, ks, marked, max).fillna(0.0).astype(bool)
+
+
+def _per_configuration(model, setup: pd.DataFrame, alpha, ks, values: pd.Series,
+                       reduce) -> xr.DataArray:
+    """The largest of ``values`` (one per row of ``model.table``) over each configuration's
+    rows, reduced by ``reduce`` (``min``, ``max``) over the nearest measured configurations of
+    each (setup, alpha, k) (:func:`measured_configurations`); NaN where there are none."""
     table = model.table
     alpha = np.atleast_1d(np.asarray(alpha, dtype=float))
     ks = np.atleast_1d(np.asarray(ks, dtype=int))
     new = measured_loads(model, setup)["new_setup"].to_numpy()
-    base = table[table["k"] == 0]
-    base_top = base["rps"].groupby(schema.group_labels(base).to_numpy()).max()
-    sd = table[table["k"] > 0]
-    sd_top = sd.groupby([schema.draft_labels(sd).to_numpy(), sd["alpha"].round(6).to_numpy(),
-                         sd["k"].to_numpy()])["rps"].max()
+    base, sd = (table["k"] == 0).to_numpy(), (table["k"] > 0).to_numpy()
+    base_value = values[base].groupby(schema.group_labels(table[base]).to_numpy()).max()
+    sd_value = values[sd].groupby([schema.draft_labels(table[sd]).to_numpy(),
+                                   table.loc[sd, "alpha"].round(6).to_numpy(),
+                                   table.loc[sd, "k"].to_numpy()]).max()
     out = np.full((len(setup), len(alpha), len(ks)), np.nan)
     for i, (label, group) in enumerate(zip(setup["setup"], schema.group_labels(setup),
                                            strict=True)):
         if new[i]:
             continue
-        out[i, :, ks == 0] = base_top.get(group, np.nan)
-        if label not in sd_top.index.get_level_values(0):
+        out[i, :, ks == 0] = base_value.get(group, np.nan)
+        if label not in sd_value.index.get_level_values(0):
             continue
-        tops = sd_top.loc[label]
-        measured_a = np.unique(tops.index.get_level_values(0))
-        measured_k = np.unique(tops.index.get_level_values(1))
+        mine = sd_value.loc[label]
+        measured_a = np.unique(mine.index.get_level_values(0))
+        measured_k = np.unique(mine.index.get_level_values(1))
         for j, a in enumerate(alpha):
             for m, k in enumerate(ks):
                 near = [(x, y) for x in _nearest(measured_a, round(float(a), 6))
-                        for y in _nearest(measured_k, k) if (x, y) in tops.index]
+                        for y in _nearest(measured_k, k) if (x, y) in mine.index]
                 if k > 0 and near:  # (k = 0 is never among the measured SD ks)
-                    out[i, j, m] = min(tops[c] for c in near)
+                    out[i, j, m] = reduce(mine[c] for c in near)
     return xr.DataArray(out, dims=("setup", "alpha", "k"),
-                        coords={"setup": setup["setup"].to_numpy(), "alpha": alpha, "k": ks},
-                        attrs={"units": "req/s"})
+                        coords={"setup": setup["setup"].to_numpy(), "alpha": alpha, "k": ks})
 
 
 def _nearest(values: np.ndarray, x: float) -> list:
@@ -851,10 +879,11 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
     per_setup = info.to_xarray()
     measured = per_setup["rps_measured"].where(~per_setup["new_setup"])
     first = parts[model.parts[0]]
-    config = measured_configurations(model, setup, first["alpha"].values, first["k"].values)
+    grid_of = (setup, first["alpha"].values, first["k"].values)
     kwargs = {"epsilon": epsilon, "quantile": quantile, "max_saturated": max_saturated,
               "measured": measured, "ceiling": per_setup["rps_ceiling"],
-              "measured_config": config, "discrepancy": discrepancy}
+              "measured_config": measured_configurations(model, *grid_of),
+              "misfit": misfit_configurations(model, *grid_of), "discrepancy": discrepancy}
     if moe:
         c1 = (parts["C1u"] + parts["C1s"]).isel(rps=0, drop=True)
         c2 = (parts["C2u"] + parts["C2s"]).isel(rps=0, drop=True)
@@ -938,9 +967,10 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     baseline's latency where no k is chosen), ``rps_measured_k`` (the chosen k's highest
     measured load, :func:`measured_configurations`; NaN where unknown), ``unmeasured_ks``
     (the other ks in contention there whose speedups are extrapolated past their measured
-    loads, a list: ``unmeasured_contender`` of :func:`analyse`), ``k_neutral``, ``k_risk``,
-    and for the k of ``policy`` (``"risk"`` or ``"neutral"``) its speedup median and 90%
-    interval,
+    loads, a list: ``unmeasured_contender`` of :func:`analyse`), ``misfit`` (the chosen k's
+    configuration or the baseline marked misfit by the fit's adequacy check,
+    :func:`misfit_configurations`), ``k_neutral``, ``k_risk``, and for the k of ``policy``
+    (``"risk"`` or ``"neutral"``) its speedup median and 90% interval,
     ``P(SD hurts)``, expected regret (over the draws where it is unsaturated) and
     ``p_saturated``, ``latency_tail`` (its latency's ``1 − epsilon`` quantile, s); ``p_valid``
     (share of draws with an unsaturated baseline); ``latency_tail_neutral``, that of the
@@ -956,11 +986,14 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     own = chosen.fillna(0).astype(int)  # where no k is chosen, the baseline's range
     extrapolated = ds["extrapolated"].broadcast_like(chosen)
     measured = xr.full_like(chosen, np.nan, dtype=float)
+    misfit = xr.zeros_like(chosen, dtype=bool)
     if "speedup_extrapolated" in ds:
         extrapolated = extrapolated | ds["speedup_extrapolated"].sel(k=own).drop_vars("k")
         measured = ds["rps_measured_config"].sel(k=own).drop_vars("k")
+    if "misfit" in ds:
+        misfit = ds["misfit"].sel(k=own).drop_vars("k").broadcast_like(chosen)
     table = xr.Dataset({
-        "extrapolated": extrapolated, "rps_measured_k": measured,
+        "extrapolated": extrapolated, "rps_measured_k": measured, "misfit": misfit,
         "k_neutral": ds["k_neutral"], "k_risk": ds["k_risk"],
         "speedup": spd.sel(stat="q50", drop=True),
         "speedup_q05": spd.sel(stat="q05", drop=True),
@@ -972,6 +1005,7 @@ def decision_table(ds: xr.Dataset, policy: str = "risk") -> pd.DataFrame:
     })
     out = table.to_dataframe().reset_index()[["setup", "alpha", "rps", *table.data_vars]]
     out["extrapolated"] = out["extrapolated"].astype(bool)
+    out["misfit"] = out["misfit"].astype(bool)
     out.insert(out.columns.get_loc("rps_measured_k") + 1, "unmeasured_ks",
                _unmeasured_ks(ds, chosen, out))
     return out
@@ -1000,8 +1034,8 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
     """The answer per (setup, alpha, rps) of ``ds`` (from :func:`analyse`): turn SD on or off,
     with which k, how sure, and why, in one row each, in that order.
 
-    Columns: ``setup``, ``alpha``, ``rps``, ``extrapolated``, ``rps_measured_k`` and
-    ``unmeasured_ks`` (as in :func:`decision_table`), ``answer`` (``"SD on, k = 4"``,
+    Columns: ``setup``, ``alpha``, ``rps``, ``extrapolated``, ``rps_measured_k``,
+    ``unmeasured_ks`` and ``misfit`` (as in :func:`decision_table`), ``answer`` (``"SD on, k = 4"``,
     ``"SD off"``, or ``"saturated"`` where every k, no SD included, is past its capacity in
     too many draws), ``k`` (the risk-aware choice, NaN where saturated), its speedup median
     and 90% interval, ``p_sd_hurts``, its RPS* (median, 90%) and alert line with whether they
@@ -1026,7 +1060,7 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
     out["reason"] = [_reason(r, eps, sat) for r in out.itertuples()]
     out = out.sort_values(at, kind="stable", ignore_index=True)
     return out[["setup", "alpha", "rps", "extrapolated", "rps_measured_k", "unmeasured_ks",
-                "answer", "k",
+                "misfit", "answer", "k",
                 "speedup",
                 "speedup_q05", "speedup_q95", "p_sd_hurts", "rps_star", "rps_star_q05",
                 "rps_star_q95", "p_break_even", "rps_alert", "rps_star_beyond_capacity",
@@ -1035,8 +1069,16 @@ def verdicts(ds: xr.Dataset) -> pd.DataFrame:
 
 def _reason(r, eps: float, sat: float) -> str:
     """One line on why :func:`verdicts` answers as it does at row ``r``."""
-    return _why(r, eps, sat) + ("" if not r.unmeasured_ks else
-                                f"; {_ks_text(r.unmeasured_ks)} measured only at lower loads")
+    return (_why(r, eps, sat)
+            + ("" if not r.unmeasured_ks else
+               f"; {_ks_text(r.unmeasured_ks)} measured only at lower loads")
+            + ("" if not r.misfit else "; the fit misses the measurements this answer rests on "
+               "(bayeslat report, adequacy section)"))
+
+
+def ks_list(ks) -> str:
+    """``no SD, 4, 6`` for a list of draft lengths, as tables name them."""
+    return ", ".join("no SD" if k == 0 else str(k) for k in ks)
 
 
 def _ks_text(ks) -> str:
@@ -1047,6 +1089,7 @@ def _ks_text(ks) -> str:
 
 
 def _why(r, eps: float, sat: float) -> str:
+    """The reason at row ``r`` without the contenders measured only at lower loads."""
     where = _extrapolation(r)
     if pd.isna(r.k):
         return (f"{where}every k, no SD included, is past its capacity in more than "

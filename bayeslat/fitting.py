@@ -165,11 +165,18 @@ def record_misfit(model, check) -> None:
         dict(zip(bad["config"], bad["inside_90"].astype(float), strict=True)))
 
 
+def misfit_record(model) -> dict[str, float]:
+    """The configurations (labels, :func:`bayeslat.data.schema.config_labels`) the fit's stored
+    adequacy check marked misfit, with the share of their points inside the 90% interval
+    (:func:`record_misfit`; empty when the fit has no record)."""
+    return json.loads(model.posterior.attrs.get(_MISFIT_ATTR, "{}"))
+
+
 def misfit_warnings(model, setups: pd.DataFrame) -> list[str]:
     """One line per setup of ``setups`` (column ``setup``) with configurations that the fit's
-    stored adequacy check marked misfit (:func:`record_misfit`; none when the fit has no
-    record): its decisions rest on curves that do not follow those measurements."""
-    stored = json.loads(model.posterior.attrs.get(_MISFIT_ATTR, "{}"))
+    stored adequacy check marked misfit (:func:`misfit_record`): its decisions rest on curves
+    that do not follow those measurements."""
+    stored = misfit_record(model)
     out = []
     for setup, group in zip(setups["setup"], schema.group_labels(setups), strict=True):
         baseline = f"{group} k0"

@@ -45,7 +45,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bayeslat import adequacy, decide, validate  # noqa: E402
+from bayeslat import adequacy, decide, fitting, validate  # noqa: E402
 from bayeslat.cli.options import quiet_pymc  # noqa: E402
 from bayeslat.data import schema  # noqa: E402
 from bayeslat.models import get, sampling  # noqa: E402
@@ -194,14 +194,14 @@ def part_engine(args):
     table = sweep(configs, chosen.protocol, seed=seed, workers=2)
     model = fitted(args.variants[-1], table, args, "engine")
     check = adequacy.check(model, seed=args.seed)
-    misfit = set(check.configs.loc[check.configs["misfit"], "config"])
+    fitting.record_misfit(model, check)  # as bayeslat fit does: decide marks those rows
     setups = decide.setups(model.table)
     # a speedup is measured up to the baseline's highest measured rate (an SD configuration
     # often runs higher, to where the baseline is past its capacity)
     rows = model.rows[model.rows["k"] == 0]
     measured = rows.groupby("group")["rps"].max()
     cells, within, regrets, where, neutral, saturated = [], [], [], [], [], 0
-    fits_badly = []  # whether the cell's SD configuration or its baseline is marked misfit
+    fits_badly = []  # whether decide marks the cell misfit (its configuration or baseline)
     # at each regret's cell: whether every k's speedup was within its own measured rates, and
     # whether decide's answer was (neither its chosen k's nor another contending k's
     # extrapolated: decide's row neither "extrapolated" nor naming "unmeasured" ks)
@@ -234,8 +234,7 @@ def part_engine(args):
                     s = lat0 / lat
                     cells.append(float(band.sel(stat="q05")) <= s <= float(band.sel(stat="q95")))
                     within.append(measured_here[k])
-                    fits_badly.append(f"{setup['setup']} a{alpha:g} k{k}" in misfit
-                                      or f"{group} k0" in misfit)
+                    fits_badly.append(bool(one["misfit"].sel(k=k)))
                 k_risk = one["k_risk"].item()
                 best = min(true_k, key=true_k.get)
                 if np.isfinite(one["k_neutral"].item()):
@@ -264,10 +263,10 @@ def part_engine(args):
           "risk-aware k: mean regret "
           f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells; "
           f"risk-neutral k: {neutral.mean():.2%}, max {neutral.max():.1%}")
-    for name, part in (("marked misfit", fits_badly), ("not", ~fits_badly)):
+    for name, part in (("marked misfit", fits_badly), ("not marked", ~fits_badly)):
         mine = within & part
         print(f"    within the own rates, configurations {name} by the fit's adequacy check "
-              f"({len(misfit)} of {len(check.configs)}): "
+              f"({int(check.configs['misfit'].sum())} of {len(check.configs)}): "
               + (f"{cells[mine].mean():.3f} of {mine.sum()} cells covered" if mine.any()
                  else "no cells"))
     inside = regrets[regret_within]

@@ -132,8 +132,16 @@ def test_fit_records_its_misfit_configurations_and_decide_warns_of_them(sweep, t
     hit = [s for s in setups if any(c.startswith(f"{s} ") or c == f"{s.rsplit(' ', 1)[0]} k0"
                                     for c in stored)]
     assert [w.split(": the fit")[0] for w in lines] == hit and hit
+    # each decision row is marked as its chosen k's configuration (or the baseline) is
+    rows = found.table()
+    assert rows["misfit"].any()
+    for r in rows.itertuples():
+        group = r.setup.rsplit(" ", 1)[0]
+        own = (f"{r.setup} a0.6 k{int(r.k_risk)}" if r.k_risk > 0 else None)
+        assert r.misfit == (own in stored or f"{group} k0" in stored)
     del fit.model.posterior.attrs["misfit"]
     assert fitting.misfit_warnings(fit.model, fit.setups()) == []
+    assert not fit.decide(0.6, rps=[1.0], allow_unconverged=True).table()["misfit"].any()
 
 
 class _CapacityStub:

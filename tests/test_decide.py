@@ -306,6 +306,16 @@ def test_a_speedup_is_extrapolated_past_its_own_configurations_measured_loads():
     # 11.8) but were measured only at lower loads
     assert v["unmeasured_ks"].to_list() == [[], [], [6], [2], []]
     assert v.loc[9.0, "reason"].endswith("; k = 6 measured only at lower loads")
+    # a misfit configuration marks the rows that choose it, and through the baseline every k
+    bad = xr.DataArray([False, True, False], dims="k", coords={"k": KS})
+    out = decide.analyse(c1, c2, rps, measured=14.0, ceiling=15.0, measured_config=own,
+                         misfit=bad)
+    v = decide.verdicts(out.expand_dims(setup=["s"], alpha=[0.7])).set_index("rps")
+    assert v["misfit"].to_list() == [False, False, True, False, False]
+    assert v.loc[9.0, "reason"].endswith("the fit misses the measurements this answer rests on "
+                                         "(bayeslat report, adequacy section)")
+    out = decide.analyse(c1, c2, rps, misfit=~bad)
+    assert out["misfit"].all()
     # the chosen k measured at the load, the baseline not
     own = xr.DataArray([8.5, 10.0, 5.0], dims="k", coords={"k": KS})
     out = decide.analyse(c1, c2, [9.0], measured=14.0, ceiling=15.0, measured_config=own)

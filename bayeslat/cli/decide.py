@@ -159,7 +159,9 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
               "above the measured ceiling; note 'k N: x s' = the risk-neutral k and its "
               f"latency at {1 - risk:.0%} probability, above the risk-aware k's; 'unmeasured: "
               "N' = other ks (or no SD) keeping up in at least half the draws at this load but "
-              "measured only at lower loads: the choice compares with their extrapolation.",
+              "measured only at lower loads: the choice compares with their extrapolation; "
+              "'misfit' = the fit's adequacy check marked the chosen k's configuration (or no "
+              "SD's) misfit: its band rests on a curve that misses its measurements.",
               highlight=False)
 
 
@@ -169,11 +171,14 @@ def _decision_cells(r, max_saturated):
     if np.isnan(r.k_risk):
         return ("saturated", "", "", "", "", "all k saturated")
     notes = ["no-SD saturated"] if r.p_valid < 0.5 else []
+    if r.misfit:
+        notes.append("misfit")
     if np.isfinite(r.k_neutral) and r.k_neutral != r.k_risk:
         notes.append(f"k {int(r.k_neutral)}: {_num(r.latency_tail_neutral, '.3g')} s")
     if r.unmeasured_ks:
-        notes.append("unmeasured: " + ", ".join("no SD" if k == 0 else str(k)
-                                                 for k in r.unmeasured_ks))
+        from bayeslat.decide import ks_list
+
+        notes.append(f"unmeasured: {ks_list(r.unmeasured_ks)}")
     note = "; ".join(notes)
     if not np.isfinite(r.speedup):
         return ("–", "", f"{r.p_sd_hurts:.2f}", _num(r.regret, ".1%"), f"{r.p_saturated:.2f}",

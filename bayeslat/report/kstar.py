@@ -41,7 +41,8 @@ def section(inputs) -> page.Section:
         "each draw). A row is extrapolated past the highest load measured with its chosen k "
         "(at that acceptance rate, or the nearest measured ones) or without SD; beside it, "
         "how far the chosen k was measured and the other ks in contention there (keeping up "
-        "in at least half the draws) that were measured only at lower loads."),
+        "in at least half the draws) that were measured only at lower loads; misfit: the "
+        "fit's adequacy check marked the chosen configuration (or the baseline) misfit."),
         page.table(decision_table(inputs), scroll=True))
     return out
 
@@ -127,8 +128,7 @@ def decision_table(inputs) -> pd.DataFrame:
     df = pd.concat(parts, ignore_index=True)
     for col in ("k_neutral", "k_risk"):
         df[col] = df[col].map(lambda v: "–" if pd.isna(v) else str(int(v)))
-    df["unmeasured_ks"] = df["unmeasured_ks"].map(
-        lambda ks: ", ".join("no SD" if k == 0 else str(k) for k in ks))
+    df["unmeasured_ks"] = df["unmeasured_ks"].map(decide.ks_list)
     return df.rename(columns={
         "rps": "rps (req/s)", "k_neutral": "k risk-neutral", "k_risk": "k risk-aware",
         "speedup": "speedup median", "speedup_q05": "speedup 5%",
@@ -137,5 +137,6 @@ def decision_table(inputs) -> pd.DataFrame:
         "extrapolated": "extrapolated", "p_valid": "P(baseline unsaturated)",
         "rps_measured_k": "chosen k measured to (req/s)",
         "unmeasured_ks": "other ks in contention, measured only below",
+        "misfit": "chosen configuration misfit",
         "latency_tail": f"latency at {1 - inputs.epsilon:.0%} (s)",
         "latency_tail_neutral": f"risk-neutral k's latency at {1 - inputs.epsilon:.0%} (s)"})
