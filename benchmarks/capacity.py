@@ -26,8 +26,10 @@ Parts (all by default; each fit's wall time, convergence and divergences are pri
   (benchmarks of 8x the requests; a speedup of 0 where the SD configuration is past its
   capacity) at loads up to each setup's highest measured baseline rate, as ``decide`` gives
   them (with the likelihood's discrepancy), both over the cells within the SD configuration's
-  own measured rates and over all, and the regret of the risk-aware and the risk-neutral k
-  there.
+  own measured rates (decide's ``speedup_extrapolated``) and over all, and split by decide's
+  ``misfit`` mark (the fit's adequacy check stored as ``bayeslat fit`` stores it); the regret
+  of the risk-aware and the risk-neutral k there, and of the risk-aware k where decide marks
+  its row neither extrapolated nor naming an unmeasured contender, and where it does.
 """
 
 from __future__ import annotations
