@@ -245,6 +245,9 @@ class LatencyModel:
     fits_ceilings: ClassVar[bool] = False
     # Whether it predicts only the configurations it was fitted on (no scaling laws).
     per_configuration: ClassVar[bool] = False
+    # Whether its rows' likelihood is the fused kernel's (bayeslat.models.likelihood): a mean
+    # from C1, C2 (and C3, Q) as log_mean computes it.
+    fuses: ClassVar[bool] = True
     # Feature scales of the scaling laws per coefficient (none for the per-configuration ones).
     scales: dict = {}
 
@@ -369,32 +372,38 @@ class LatencyModel:
         rho = data["rps"] * parts["C3"]
         return memory, pt.log(parts["Q"] * parts["C3"] * rho) - log_headroom(1.0 - rho)
 
-    def likelihood_scale(self, sigma, se_rel, parts: dict, data: dict):
+    @staticmethod
+    def likelihood_scale(sigma, se_rel, parts: dict, data: dict, sigma_wall=None):
         r"""The Student-t scale of each observation, :math:`s_i^2 = \sigma^2 + \mathrm{se}_i^2`,
         plus, for the variants with the compute wall, :math:`(\sigma_{\mathrm{wall}}\,v_i)^2`
         with :math:`v_i = w_i/(1-\rho_i)` how far the latency moves with the wall
         (:func:`bayeslat.theory.wall_sensitivity`; :math:`w_i` the share spent queueing):
-        ``sigma_wall`` is a jitter of the wall itself, in log terms. Near the wall the queue's
-        form is an approximation (the batch, token-budget and KV limits bind there too, and a
-        benchmark of finite length sees its own effective wall), and what it misses is
-        scatter that grows as the wall nears, not outliers; a held-out point nearer the wall
-        than any fitted one gets the wider band it needs."""
-        import pymc as pm
+        ``sigma_wall`` (:meth:`sigma_wall`) is a jitter of the wall itself, in log terms. Near
+        the wall the queue's form is an approximation (the batch, token-budget and KV limits
+        bind there too, and a benchmark of finite length sees its own effective wall), and
+        what it misses is scatter that grows as the wall nears, not outliers; a held-out point
+        nearer the wall than any fitted one gets the wider band it needs."""
         import pytensor.tensor as pt
 
         var = sigma**2 + se_rel**2
         if "C3" in parts:
-            # Gamma(2, 2/mean), away from 0: on a short sweep few points are near the wall, and
-            # a scale free to collapse onto them would be a funnel
-            mean = self.config.prior("sigma_wall_mean")
-            wall = pm.Gamma("sigma_wall", alpha=2.0, beta=2.0 / mean)
-            memory, queue = self._log_terms(parts, data)
+            memory, queue = LatencyModel._log_terms(parts, data)
             # the headroom through the barrier, as in the queue's wait: positive and smooth if
             # a proposal (of a wall not sampled in headroom coordinates) passes a fitted rate
             headroom = log_headroom(1.0 - data["rps"] * parts["C3"])
             moves = pt.exp(-pt.softplus(memory - queue) - headroom)  # share / headroom
-            var = var + (wall * moves) ** 2
+            var = var + (sigma_wall * moves) ** 2
         return pt.sqrt(var)
+
+    def sigma_wall(self):
+        """The wall's jitter ``sigma_wall ~ Gamma(2, 2/m)`` (:meth:`likelihood_scale`; ``m``
+        the ``sigma_wall_mean`` prior), created in the model context."""
+        import pymc as pm
+
+        # Gamma(2, 2/mean), away from 0: on a short sweep few points are near the wall, and a
+        # scale free to collapse onto them would be a funnel
+        mean = self.config.prior("sigma_wall_mean")
+        return pm.Gamma("sigma_wall", alpha=2.0, beta=2.0 / mean)
 
     def scatter(self, posterior: xr.Dataset, parts, rps):
         """The likelihood's scale without the measurement error, per draw and row, from
@@ -495,12 +504,15 @@ class LatencyModel:
         whose curve is the paper's, ``C1`` and ``C2`` per configuration."""
         return tuple(self.parts) == ("C1", "C2")
 
-    def build(self, rows: pd.DataFrame | None = None, summary=None):
+    def build(self, rows: pd.DataFrame | None = None, summary=None, fused: bool = False):
         """The PyMC model: with ``rows`` None, the fitting model (with the likelihood); else
         the prediction model for ``rows`` (prepared by :func:`prepare`), whose per-row parts are
         Deterministics. With a ``summary`` (:func:`bayeslat.models.summary.summarise` of
         :attr:`rows`), the fitting model's likelihood is the curves' summaries
-        (:meth:`summary_likelihood`) instead of every row's.
+        (:meth:`summary_likelihood`) instead of every row's. ``fused``: every row's likelihood
+        as one compiled kernel (:mod:`bayeslat.models.likelihood`, for a sampler that compiles
+        with numba), a Potential named ``log_latency`` with the same value and gradient as the
+        observed Student-t it stands for, which the pointwise log-likelihood needs.
 
         The coefficients are computed once per latency curve (dim ``curve``: one configuration,
         all its rates), then gathered to the observations (dim ``obs``): nine times fewer
@@ -530,22 +542,35 @@ class LatencyModel:
                 return model
             idx = pm.Data("curve_idx", pd.Index(curves["config"]).get_indexer(rows["config"]),
                           dims="obs")
-            at_obs = {name: value[idx] for name, value in data.items()}
-            at_obs["rps"] = pm.Data("rps", rows["rps"].to_numpy(float), dims="obs")
-            parts_obs = {name: value[idx] for name, value in parts.items()}
-            mu = self.log_mean(parts_obs, at_obs)
+            rps = pm.Data("rps", rows["rps"].to_numpy(float), dims="obs")
             sync = (rows["strategy"] == "synchronous").to_numpy(float)
             if sync.any():
                 shift = pm.Normal("sync_shift", 0.0, self.config.prior("sync_shift_sd"))
-                mu = mu + shift * pm.Data("synchronous", sync, dims="obs")
+                sync = pm.Data("synchronous", sync, dims="obs")
             self.ceiling_likelihood(parts, curves)
             sigma = pm.HalfNormal("sigma", sigma=self.config.prior("sigma_scale"))
             a, b = self.config.prior("nu_gamma")
             nu = pm.Deterministic("nu", 2.0 + pm.Gamma("nu_excess", alpha=a, beta=b))
             se_rel = pm.Data("se_rel", rows["se_rel"].to_numpy(float), dims="obs")
             observed = pm.Data("log_latency_obs", rows["log_latency"].to_numpy(float), dims="obs")
+            wall = self.sigma_wall() if "C3" in parts else None
+            if fused:
+                if not self.fuses:
+                    raise FitError(f"the {self.variant} model's rows cannot use the fused "
+                                   "likelihood; build it with fused=False")
+                from bayeslat.models.likelihood import row_student_t
+
+                pm.Potential("log_latency", row_student_t(
+                    parts, sigma, nu, shift if "sync_shift" in model else 0.0, wall,
+                    {"idx": idx, "rps": rps, "y": observed, "se_rel": se_rel, "sync": sync}))
+                return model
+            at_obs = {name: value[idx] for name, value in data.items()} | {"rps": rps}
+            parts_obs = {name: value[idx] for name, value in parts.items()}
+            mu = self.log_mean(parts_obs, at_obs)
+            if "sync_shift" in model:
+                mu = mu + shift * sync
             pm.StudentT("log_latency", nu=nu, mu=mu,
-                        sigma=self.likelihood_scale(sigma, se_rel, parts_obs, at_obs),
+                        sigma=self.likelihood_scale(sigma, se_rel, parts_obs, at_obs, wall),
                         observed=observed, dims="obs")
         return model
 

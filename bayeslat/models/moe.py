@@ -57,6 +57,9 @@ class MoEModel(HierarchicalModel):
                                   data["decode_tokens"], share1, share2)
         return dict(zip(self.parts, parts, strict=True))
 
+    # the mean is a fixed point of the expert coverage, not the fused kernel's
+    fuses = False
+
     def log_mean(self, parts, data):
         import pytensor.tensor as pt
 

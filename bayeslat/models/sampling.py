@@ -254,7 +254,9 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
     likelihood = _likelihood_note(summary, exact, model)
     if summary is not None and not summary.gaussian:
         summary = None
-    pm_model = model.build(summary=summary)
+    # nutpie compiles with numba, which runs the rows' likelihood as one fused kernel
+    fused = summary is None and sampler == "nutpie" and model.fuses
+    pm_model = model.build(summary=summary, fused=fused)
     if sampler != "nutpie":  # nutpie's own start failing says so, and then it is checked
         model.check_start(pm_model)
     chains = chains or default_chains()
@@ -303,6 +305,8 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
                           model=pm_model, compute_convergence_checks=False,
                           target_accept=target_accept, **kwargs)
     timing["sample_s"] = time.perf_counter() - clock
+    if fused:
+        pm_model = model.build()  # the observed rows, for the pointwise log-likelihood
     if summary is not None:
         # the exact model's nu, fixed: a constant in every draw, so that the predictive
         # checks and the pointwise log-likelihood read the posterior as an exact fit's
