@@ -8,7 +8,7 @@ from pymc.initial_point import make_initial_point_fn
 
 from bayeslat.errors import FitError
 from bayeslat.models import VARIANTS, get
-from bayeslat.models.base import LatencyModel
+from bayeslat.models.base import BARRIER_WIDTH, LatencyModel
 from bayeslat.models.likelihood import row_student_t
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
@@ -85,7 +85,7 @@ def test_the_kernel_follows_the_barrier_past_both_walls():
                  - pt.log(scale) - (nu + 1) / 2 * pt.log1p(((data["y"] - mu) / scale) ** 2 / nu)
                  ).sum()
         fused = row_student_t(parts, s["sigma"], nu, s["shift"],
-                              s["sigma_wall"] if wall else None, data)
+                              s["sigma_wall"] if wall else None, data, BARRIER_WIDTH)
         inputs = [*parts.values(), *(s[k] for k in scalars if wall or k != "sigma_wall")]
         args = [values[name] for name in names] + [scalars[k] for k in scalars
                                                    if wall or k != "sigma_wall"]

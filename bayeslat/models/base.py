@@ -562,7 +562,8 @@ class LatencyModel:
 
                 pm.Potential("log_latency", row_student_t(
                     parts, sigma, nu, shift if "sync_shift" in model else 0.0, wall,
-                    {"idx": idx, "rps": rps, "y": observed, "se_rel": se_rel, "sync": sync}))
+                    {"idx": idx, "rps": rps, "y": observed, "se_rel": se_rel, "sync": sync},
+                    BARRIER_WIDTH))
                 return model
             at_obs = {name: value[idx] for name, value in data.items()} | {"rps": rps}
             parts_obs = {name: value[idx] for name, value in parts.items()}

@@ -13,8 +13,9 @@ The exact likelihood of a fit is a Student-t on each row's log latency (:meth:`L
     s_i^2 = \sigma^2 + \mathrm{se}_i^2 + \bigl(\sigma_{\mathrm{wall}}\,v_i\bigr)^2, \qquad
     v_i = \frac{L^{\mathrm{queue}}_i / (L^{\mathrm{mem}}_i + L^{\mathrm{queue}}_i)}{h(1 - \rho_i)},
 
-with ``h`` the saturation barrier (:func:`~bayeslat.models.base.log_headroom`) and each row's
-``C1``, ``C2`` (and, with the compute wall, ``C3``, ``Q``) its curve's. Built from PyTensor's
+with ``h`` the saturation barrier (:func:`~bayeslat.models.base.log_headroom`, whose width the
+caller gives) and each row's ``C1``, ``C2`` (and, with the compute wall, ``C3``, ``Q``) its
+curve's. Built from PyTensor's
 elementwise operations, the rows cost about 0.17 µs each in the forward pass and as much again
 in the backward one, over a dozen logs, square roots and softpluses and two gathers and
 scatters per coefficient: two thirds of the ``capacity`` model's gradient on the shipped example
@@ -43,42 +44,42 @@ import math
 import numba
 import numpy as np
 
-from bayeslat.models.base import BARRIER_WIDTH
-
 # Names of the coefficient inputs, with and without the compute wall.
 PARTS_WALL = ("C1", "C2", "C3", "Q")
 PARTS_PAPER = ("C1", "C2")
 
 
 @numba.njit(cache=True)
-def _headroom(d: float, root: float) -> float:
-    """The barrier's ``h(d)`` given ``root = sqrt(d² + 4w²)`` (as ``log_headroom``: no
-    cancellation past saturation)."""
-    return 0.5 * (d + root) if d >= 0 else 2.0 * BARRIER_WIDTH**2 / (root - d)
+def _headroom(d: float, root: float, w2: float) -> float:
+    """The barrier's ``h(d)`` given ``root = sqrt(d² + 4w²)`` and ``w2 = w²`` (as
+    ``log_headroom``: no cancellation past saturation)."""
+    return 0.5 * (d + root) if d >= 0 else 2.0 * w2 / (root - d)
 
 
 @numba.njit(cache=True)
-def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync, wall):
+def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync, wall,
+            width):
     """Sum over the rows of the Student-t log density without its normalising constant, and
     its gradient with respect to ``c1``, ``c2``, ``c3``, ``q`` (per curve), ``sigma``,
-    ``sigma_wall``, ``nu`` and ``shift``. Without the ``wall``, ``c3``, ``q`` and ``sigma_wall``
-    are ignored (their gradients 0)."""
+    ``sigma_wall``, ``nu`` and ``shift``; ``width`` is the barrier's. Without the ``wall``,
+    ``c3``, ``q`` and ``sigma_wall`` are ignored (their gradients 0)."""
     n = c1.shape[0]
     g1, g2, g3, gq = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     total = g_sigma = g_wall = g_nu = g_shift = 0.0
-    w4 = 4.0 * BARRIER_WIDTH**2
+    w2 = width * width
+    w4 = 4.0 * w2
     sigma2, wall2, nu1 = sigma * sigma, sigma_wall * sigma_wall, nu + 1.0
     for i in range(rps.shape[0]):
         c, r = idx[i], rps[i]
         d2 = 1.0 - r * c2[c]
         root2 = math.sqrt(d2 * d2 + w4)
-        h2 = _headroom(d2, root2)
+        h2 = _headroom(d2, root2, w2)
         mem = c1[c] / h2
         latency, que, h3, root3, moves = mem, 0.0, 1.0, 1.0, 0.0
         if wall:
             d3 = 1.0 - r * c3[c]
             root3 = math.sqrt(d3 * d3 + w4)
-            h3 = _headroom(d3, root3)
+            h3 = _headroom(d3, root3, w2)
             que = q[c] * c3[c] * c3[c] * r / h3
             latency = mem + que
             moves = que / latency / h3
@@ -120,12 +121,13 @@ def _op_class():
         """The rows' Student-t log density without its constant (a scalar) and its gradient,
         as outputs of one node: inputs the per-curve ``C1``, ``C2`` (and ``C3``, ``Q`` with
         the ``wall``), ``sigma``, ``sigma_wall`` (with the wall), ``nu``, ``shift``, then the
-        data ``idx``, ``rps``, ``y``, ``se_rel``, ``sync`` (no gradient)."""
+        data ``idx``, ``rps``, ``y``, ``se_rel``, ``sync`` (no gradient); ``width`` is the
+        saturation barrier's (:data:`~bayeslat.models.base.BARRIER_WIDTH`)."""
 
-        __props__ = ("wall",)
+        __props__ = ("wall", "width")
 
-        def __init__(self, wall: bool):
-            self.wall = bool(wall)
+        def __init__(self, wall: bool, width: float):
+            self.wall, self.width = bool(wall), float(width)
 
         @property
         def n_params(self) -> int:
@@ -145,7 +147,7 @@ def _op_class():
 
         def evaluate(self, *inputs):
             """The outputs for NumPy inputs (the kernel, its unused wall inputs filled)."""
-            return _select(_kernel(*_full(self.wall, inputs)), self.wall)
+            return _select(_kernel(*_full(self.wall, inputs), self.width), self.wall)
 
         def connection_pattern(self, node):
             n_out = len(node.outputs)
@@ -184,9 +186,10 @@ def _select(out, wall: bool):
 
 
 @functools.cache
-def op(wall: bool):
-    """The :class:`RowStudentT` Op with or without the compute wall (one instance each)."""
-    return _op_class()(wall)
+def op(wall: bool, width: float):
+    """The :class:`RowStudentT` Op with or without the compute wall, for a barrier of
+    ``width`` (one instance each)."""
+    return _op_class()(wall, width)
 
 
 def _register(cls) -> None:
@@ -200,17 +203,18 @@ def _register(cls) -> None:
 
     @basic.register_funcify_and_cache_key(cls)
     def _funcify(op, node, **kwargs):
-        return _numba_impl(op.wall), f"bayeslat-rowstudentt-{key}-{int(op.wall)}"
+        return (_numba_impl(op.wall, op.width),
+                f"bayeslat-rowstudentt-{key}-{int(op.wall)}-{op.width!r}")
 
 
-def _numba_impl(wall: bool):
+def _numba_impl(wall: bool, width: float):
     """The Op as a numba function of its inputs (scalars as 0-d arrays), outputs as arrays."""
     if wall:
         @numba.njit
         def fused(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync):
             total, g1, g2, g3, gq, gs, gw, gn, gh = _kernel(
                 c1, c2, c3, q, sigma.item(), sigma_wall.item(), nu.item(), shift.item(), idx,
-                rps, y, se_rel, sync, True)
+                rps, y, se_rel, sync, True, width)
             return (np.asarray(total), g1, g2, g3, gq, np.asarray(gs), np.asarray(gw),
                     np.asarray(gn), np.asarray(gh))
     else:
@@ -218,12 +222,12 @@ def _numba_impl(wall: bool):
         def fused(c1, c2, sigma, nu, shift, idx, rps, y, se_rel, sync):
             total, g1, g2, g3, gq, gs, gw, gn, gh = _kernel(
                 c1, c2, c1, c1, sigma.item(), 0.0, nu.item(), shift.item(), idx, rps, y,
-                se_rel, sync, False)
+                se_rel, sync, False, width)
             return np.asarray(total), g1, g2, np.asarray(gs), np.asarray(gn), np.asarray(gh)
     return fused
 
 
-def row_student_t(parts: dict, sigma, nu, shift, sigma_wall, data: dict):
+def row_student_t(parts: dict, sigma, nu, shift, sigma_wall, data: dict, width: float):
     """The rows' Student-t log likelihood (a scalar tensor), normalising constant included.
 
     Parameters
@@ -235,6 +239,8 @@ def row_student_t(parts: dict, sigma, nu, shift, sigma_wall, data: dict):
     data
         Per-row tensors: ``idx`` (each row's curve), ``rps``, ``y`` (log latency),
         ``se_rel``, ``sync`` (1 for a synchronous row).
+    width
+        The saturation barrier's width (:data:`~bayeslat.models.base.BARRIER_WIDTH`).
     """
     import pytensor.tensor as pt
 
@@ -244,7 +250,7 @@ def row_student_t(parts: dict, sigma, nu, shift, sigma_wall, data: dict):
     inputs = [pt.as_tensor_variable(parts[n], dtype="float64") for n in names]
     inputs += [pt.as_tensor_variable(s, dtype="float64") for s in scalars]
     inputs += [pt.as_tensor_variable(data[n]) for n in ("idx", "rps", "y", "se_rel", "sync")]
-    total = op(wall)(*inputs)[0]
+    total = op(wall, width)(*inputs)[0]
     n = pt.as_tensor_variable(data["rps"]).shape[0]
     const = (pt.gammaln((nu + 1.0) / 2.0) - pt.gammaln(nu / 2.0) - 0.5 * pt.log(nu * np.pi))
     return total + n * const
