@@ -16,7 +16,7 @@ $(BIN)/python:
 example: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	$(BIN)/bayeslat fit --overwrite
-	$(BIN)/bayeslat report models/sweep-hierarchical.nc --overwrite
+	$(BIN)/bayeslat report models/sweep-capacity.nc --overwrite
 
 install-dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'

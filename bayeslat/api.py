@@ -54,8 +54,9 @@ def fit(data, model: str = DEFAULT, *, config=None, draws: int | None = None,
         A sweep table (a DataFrame with the columns of :mod:`bayeslat.data.schema`) or the
         path of one (Parquet or tidy CSV).
     model
-        The variant: ``dense``, ``speculative``, ``hierarchical`` (default), ``moe``,
-        ``capacity`` or ``dense-capacity`` (:mod:`bayeslat.models`).
+        The variant: ``dense``, ``speculative``, ``hierarchical``, ``moe``, ``capacity`` or
+        ``dense-capacity`` (:mod:`bayeslat.models`); ``auto`` (the default) chooses for the
+        sweep (:func:`bayeslat.models.choose`: ``capacity`` where it measured its ceilings).
     config
         A :class:`~bayeslat.scaling.ScalingConfig`, or a TOML or JSON file of one, overriding
         the variant's scaling design and priors.

@@ -18,7 +18,7 @@ import pandas as pd
 
 from bayeslat.data import schema
 from bayeslat.errors import FitError
-from bayeslat.models import DEFAULT, config_of, get
+from bayeslat.models import DEFAULT, config_of, get, resolve
 from bayeslat.models.base import FORMAT, read_fit
 from bayeslat.models.sampling import (
     ESS_MARGIN,
@@ -219,6 +219,8 @@ def sample_table(table: pd.DataFrame, variant: str = DEFAULT, *,
     ----------
     table
         A validated sweep table (:func:`bayeslat.data.schema.read_table`).
+    variant
+        A model variant, or ``auto`` (:func:`bayeslat.models.choose`).
     config
         The scaling design and priors, or a TOML or JSON file of them; None: the variant's.
     draws, chains
@@ -233,6 +235,7 @@ def sample_table(table: pd.DataFrame, variant: str = DEFAULT, *,
     The fitted :class:`~bayeslat.models.base.LatencyModel`.
     """
     say = status or (lambda message: None)
+    variant, _ = resolve(variant, table)
     model = get(variant)(table, config_of(variant, config))
     say(f"building and compiling the {variant} model ({len(model.rows)} rows)")
     start = time.perf_counter()

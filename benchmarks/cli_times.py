@@ -1,7 +1,7 @@
 """Time the verbs users wait on after a fit: ``bayeslat decide`` and ``bayeslat report``.
 
 Runs each command as a user would (a fresh process, so imports count), on a fit of the shipped
-example (``--model``, default ``models/sweep-hierarchical.nc``, which ``make example`` writes),
+example (``--model``, default ``models/sweep-capacity.nc``, which ``make example`` writes),
 ``--repeat`` times, and prints the wall time of each run and the fastest:
 
 - ``decide`` for one setup (``--setup``, on its own load grid up to its measured ceiling);
@@ -40,7 +40,7 @@ def timed(args: list[str]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="models/sweep-hierarchical.nc")
+    parser.add_argument("--model", default="models/sweep-capacity.nc")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--setup", default="llama-8b H100 p256 g128")
     parser.add_argument("--allow-unconverged", action="store_true")

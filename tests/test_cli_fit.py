@@ -16,7 +16,7 @@ from bayeslat import decide, fitting, theory
 from bayeslat.cli import app
 from bayeslat.data import schema
 from bayeslat.errors import FitError
-from bayeslat.models import sampling
+from bayeslat.models import choose, resolve, sampling
 from bayeslat.simulate.generative import SamplerSpec, sample_sweep
 
 runner = CliRunner()
@@ -55,10 +55,23 @@ def test_fit_writes_a_loadable_file_and_refuses_to_overwrite(sweep, tmp_path, mo
     assert "spreads fixed at tau = 0.25" in " ".join(result.output.split()), result.output
     assert "with 2 groups, sample the slowest coefficients non-centred" in " ".join(
         result.output.split()), result.output
+    # auto: no throughput benchmark in the model sampler's sweep, so the paper's model
     assert bayeslat.load(out).variant == "hierarchical"
+    assert "model: hierarchical (auto: no throughput benchmark" in result.output
     again = runner.invoke(app, args)
     assert again.exit_code == 2 and "--overwrite" in again.output
     assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
+
+
+def test_auto_fits_the_compute_wall_where_the_sweep_measured_its_ceilings():
+    table = sample_sweep(SPEC, seed=1)[0]
+    assert choose(table)[0] == "hierarchical" and resolve("dense", table) == ("dense", None)
+    assert choose(table[table["k"] == 0])[0] == "dense"
+    table.loc[0, ["strategy", "saturated"]] = ["throughput", True]
+    variant, why = choose(table)
+    assert variant == "capacity" and "ceilings" in why
+    assert choose(table[table["k"] == 0])[0] == "dense-capacity"
+    assert resolve("auto", table) == (variant, why)
 
 
 def test_strict_exits_non_zero_when_not_converged(sweep, tmp_path, mocked):

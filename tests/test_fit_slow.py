@@ -163,6 +163,22 @@ def test_hierarchical_fit_of_the_shipped_example(tmp_path):
     assert any("capacity" in w for w in check.warnings), check.warnings
 
 
+def test_default_fit_of_the_shipped_example_is_the_capacity_model_and_fits_its_top_loads():
+    """What ``make example`` fits (``--model auto``: the sweep measured its ceilings): it
+    reaches the bar, and its adequacy meets issue 12's figures where the paper's model fails
+    them (above): 90% coverage 0.85-0.95, the top three loads inside their 90% bands, the
+    capacity within 15% of the measured ceilings."""
+    from bayeslat import adequacy
+
+    result = bayeslat.fit(EXAMPLE, seed=0, progressbar=False)
+    assert result.model.variant == "capacity"
+    assert result.diagnostics.converged, result.diagnostics
+    figures = adequacy.check(result.model).figures
+    assert 0.85 <= figures["coverage_90"] <= 0.95, figures
+    assert figures["top_coverage_90"] >= 0.9, figures
+    assert figures["capacity_within"] >= 0.9, figures
+
+
 def test_pymc_sampler_runs_the_moe_model_without_a_c_compiler():
     """Without a C compiler PyTensor's Python mode cannot build the moe log density (one Add of
     more than 32 terms); the pymc sampler then compiles with numba."""

@@ -21,9 +21,11 @@ WORST_ROWS = 5
 def command(
     data: Path | None = typer.Argument(None, help="Sweep table (Parquet or tidy CSV); default: "
                                        "the shipped example data/example/sweep.parquet."),
-    model: str = typer.Option("hierarchical", "--model",
+    model: str = typer.Option("auto", "--model",
                               help="Variant: dense, speculative, hierarchical, moe, or with the "
-                              "compute wall capacity or dense-capacity."),
+                              "compute wall capacity or dense-capacity; auto: capacity where "
+                              "the sweep measured its ceilings (dense-capacity without SD "
+                              "rows), else hierarchical (dense)."),
     draws: int | None = options.DRAWS,
     tune: int = options.TUNE,
     chains: int | None = options.CHAINS,
@@ -46,16 +48,18 @@ def command(
     how many measured points lie inside their posterior predictive intervals (overall and at
     each configuration's top loads), and the model capacity against the measured ceilings.
     """
-    from bayeslat.models import check
+    from bayeslat.models import check, resolve
 
     check(model)  # before the fitting stack is imported
-    from bayeslat.data.schema import EXAMPLE
+    from bayeslat.data import schema
     from bayeslat.files import check_output
 
-    data = data if data is not None else EXAMPLE
-    if not data.exists() and data == EXAMPLE:
-        raise FitError(f"the shipped example {EXAMPLE} is missing; run from the project root "
-                       "or give a sweep table")
+    data = data if data is not None else schema.EXAMPLE
+    if not data.exists() and data == schema.EXAMPLE:
+        raise FitError(f"the shipped example {schema.EXAMPLE} is missing; run from the project "
+                       "root or give a sweep table")
+    table = schema.read_table(data)
+    model, why = resolve(model, table)
     # refused before sampling, not after minutes of it
     output = check_output(output if output is not None else
                           Path("models") / f"{data.stem}-{model}.nc", overwrite)
@@ -64,8 +68,11 @@ def command(
     quiet_pymc()
 
     console = make_console()
+    if why:
+        console.print(escape(f"model: {model} (auto: {why}; --model chooses another)"),
+                      highlight=False)
     with console.status("fitting") as status:
-        result = api.fit(data, model, config=config, draws=draws, tune=tune, chains=chains,
+        result = api.fit(table, model, config=config, draws=draws, tune=tune, chains=chains,
                          seed=seed, sampler=sampler, progressbar=True, exact=exact,
                          status=lambda msg: status.update(msg))
         status.update("checking the fit against its data")

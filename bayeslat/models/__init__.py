@@ -10,7 +10,9 @@
 ``dense-capacity`` dense plus the compute wall (per configuration; baseline-only sweeps)
 =================  =====================================================================
 
-Modules import PyMC; :func:`get` imports only the one asked for.
+The default, ``auto``, chooses one for the sweep (:func:`choose`): the compute wall's
+variants where the sweep measured its ceilings. Modules import PyMC; :func:`get` imports only
+the one asked for.
 """
 
 from __future__ import annotations
@@ -24,15 +26,44 @@ VARIANTS = {"dense": "DenseModel", "speculative": "SpeculativeModel",
             "capacity": "CapacityModel", "dense-capacity": "DenseCapacityModel"}
 # Module of each variant (several variants can share one).
 MODULES = {"dense-capacity": "capacity"}
-DEFAULT = "hierarchical"
+# The default: a variant chosen for the sweep (:func:`choose`).
+AUTO = "auto"
+DEFAULT = AUTO
 
 
 def check(variant: str) -> str:
-    """``variant`` if it names a model variant (without importing it), else an error."""
-    if variant not in VARIANTS:
-        raise InputError(f"unknown model {variant!r}; use one of {', '.join(VARIANTS)}",
-                         field="model")
+    """``variant`` if it names a model variant or :data:`AUTO` (without importing it), else
+    an error."""
+    if variant != AUTO and variant not in VARIANTS:
+        raise InputError(f"unknown model {variant!r}; use one of {AUTO}, "
+                         f"{', '.join(VARIANTS)}", field="model")
     return variant
+
+
+def choose(table) -> tuple[str, str]:
+    """The variant :data:`AUTO` fits to the sweep table ``table``, and why, in words.
+
+    With the sweep's measured ceilings (GuideLLM's throughput benchmark), the variant with the
+    compute wall: ``capacity`` for a sweep with SD rows, ``dense-capacity`` for a baseline-only
+    one. Near capacity the paper's curve bends too little, and on held-out data (the engine
+    simulator, each configuration's top rate left out of the shipped example, the real llm-d
+    sweep) the wall's variants predict the top loads and choose k where the paper's cannot
+    (benchmarks/README.md, ``capacity.py``). Without a ceiling nothing places the wall (its
+    fit does not converge on such data), so the paper's ``hierarchical`` or ``dense``. The
+    coefficient variants need SD rows to tell the verify and draft costs apart."""
+    sd = bool((table["k"] > 0).any())
+    if bool((table["strategy"] == "throughput").any()):
+        return ("capacity" if sd else "dense-capacity",
+                "the sweep measured its ceilings with throughput benchmarks, so the model with "
+                "the compute wall")
+    return ("hierarchical" if sd else "dense",
+            "no throughput benchmark in the sweep, so nothing places the compute wall: the "
+            "paper's model")
+
+
+def resolve(variant: str, table) -> tuple[str, str | None]:
+    """``variant`` itself (and no reason), or for :data:`AUTO` :func:`choose`'s."""
+    return choose(table) if check(variant) == AUTO else (variant, None)
 
 
 def get(variant: str):
