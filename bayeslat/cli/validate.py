@@ -17,8 +17,9 @@ def command(
     data: Path | None = typer.Argument(None, help="Sweep table (Parquet or tidy CSV); default: "
                                        "the shipped example data/example/sweep.parquet."),
     model: str = typer.Option("hierarchical", "--model", help="Variants to validate, "
-                              "comma-separated (as for bayeslat fit); with the loo split, two "
-                              "or more are compared."),
+                              "comma-separated (as for bayeslat fit; auto: the one it chooses "
+                              "for the sweep); with the loo split, two or more are compared. "
+                              "The default, the paper's model, refits fastest."),
     split: str = typer.Option("top-rate,alpha,k,workload,verifier", "--split",
                               help="Checks, comma-separated: top-rate (each configuration's "
                               "highest constant rate), rate (leave-one-rate-out: a fold per "
@@ -60,7 +61,7 @@ def command(
     from bayeslat import validate, validate_page
     from bayeslat.data import schema
     from bayeslat.files import atomic_output
-    from bayeslat.models import check
+    from bayeslat.models import check, resolve
     from bayeslat.scaling import ScalingConfig
 
     splits = [s.strip() for s in split.split(",") if s.strip()]
@@ -72,13 +73,14 @@ def command(
     for variant in variants or [""]:
         check(variant)  # an unknown variant: refused here, before the data are read
     data = data if data is not None else schema.EXAMPLE
+    table = schema.read_table(data)
+    variants = list(dict.fromkeys(resolve(v, table)[0] for v in variants))  # auto: fit's choice
     output = output or Path("reports") / f"{data.stem}-{'+'.join(variants)}-validation.html"
     written = output.with_suffix(".html"), output.with_suffix(".json")
     for path in written:
         if path.exists() and not overwrite:
             raise InputError("the file exists; pass --overwrite to replace it or choose another "
                              "name with -o", path)
-    table = schema.read_table(data)
     if config is not None:
         ScalingConfig.load(config)  # a bad file is refused before any fit
     for variant in variants:  # refuse what the sweep or a variant cannot support before any fit
