@@ -265,10 +265,12 @@ def part_engine(args):
           "risk-aware k: mean regret "
           f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells; "
           f"risk-neutral k: {neutral.mean():.2%}, max {neutral.max():.1%}")
-    for name, part in (("marked misfit", fits_badly), ("not marked", ~fits_badly)):
+    marked, configs = int(check.configs["misfit"].sum()), len(check.configs)
+    for name, part, count in (("marked misfit", fits_badly, marked),
+                              ("not marked", ~fits_badly, configs - marked)):
         mine = within & part
         print(f"    within the own rates, configurations {name} by the fit's adequacy check "
-              f"({int(check.configs['misfit'].sum())} of {len(check.configs)}): "
+              f"({count} of {configs}): "
               + (f"{cells[mine].mean():.3f} of {mine.sum()} cells covered" if mine.any()
                  else "no cells"))
     inside = regrets[regret_within]
