@@ -5,27 +5,17 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pymc.initial_point import make_initial_point_fn
+from support.sweeps import table
 
 from bayeslat.errors import FitError
 from bayeslat.models import VARIANTS, get
 from bayeslat.models.base import BARRIER_WIDTH, LatencyModel
 from bayeslat.models.likelihood import row_student_t
-from bayeslat.simulate.generative import SamplerSpec, sample_sweep
-
-SPEC = SamplerSpec(verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
-                   prefill_tokens=(128.0, 512.0), decode_tokens=(64.0,), alphas=(0.6, 0.9),
-                   ks=(2, 4), n_rates=4)
-MOE_SPEC = SamplerSpec(prefill_tokens=(128.0, 512.0), decode_tokens=(64.0,), alphas=(0.6, 0.9),
-                       ks=(2, 4), n_rates=4, moe=(8, 128, 0.6, 0.3))
 
 
 def _table(variant):
-    df, _ = sample_sweep(MOE_SPEC if variant == "moe" else SPEC, seed=5)
-    # a throughput benchmark (a ceiling for the capacity variants) and synchronous rows (the
-    # shift)
-    df.loc[3, ["saturated", "saturation_reason", "strategy"]] = [
-        True, "throughput strategy (measures the ceiling)", "throughput"]
-    df.loc[df.index[::7], "strategy"] = "synchronous"
+    df = table(variant)  # a throughput benchmark: a ceiling for the capacity variants
+    df.loc[df.index[::7], "strategy"] = "synchronous"  # their shift
     return df
 
 

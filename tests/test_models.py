@@ -10,6 +10,7 @@ import pymc as pm
 import pytest
 import xarray as xr
 from pymc.testing import mock_sample
+from support.sweeps import table
 
 import bayeslat
 from bayeslat import fitting, theory
@@ -19,13 +20,6 @@ from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
 from bayeslat.models.capacity import Q_FLOOR, queue_shift
 from bayeslat.models.start import MAX_LOAD, group_fit
 from bayeslat.scaling import ScalingConfig
-from bayeslat.simulate.generative import SamplerSpec, sample_sweep
-
-SPEC = SamplerSpec(verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)),
-                   prefill_tokens=(128.0, 512.0), decode_tokens=(64.0,), alphas=(0.6, 0.9),
-                   ks=(2, 4), n_rates=4)
-MOE_SPEC = SamplerSpec(prefill_tokens=(128.0, 512.0), decode_tokens=(64.0,), alphas=(0.6, 0.9),
-                       ks=(2, 4), n_rates=4, moe=(8, 128, 0.6, 0.3))
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +28,6 @@ def mocked():
     pm.sample = mock_sample
     yield
     pm.sample = original
-
-
-def table(variant):
-    df, _ = sample_sweep(MOE_SPEC if variant == "moe" else SPEC, seed=5)
-    df.loc[3, ["saturated", "saturation_reason", "strategy"]] = [
-        True, "throughput strategy (measures the ceiling)", "throughput"]
-    return df
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
