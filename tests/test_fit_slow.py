@@ -100,8 +100,10 @@ def test_curve_summaries_agree_with_the_exact_likelihood(recovery):
     model, idata, _ = recovery
     assert json.loads(idata.posterior.attrs["sampler"])["likelihood"] == "summary"
     exact = get("hierarchical")(model.source, model.config)
-    sampling.sample(exact, draws=1500, tune=1000, chains=2, seed=1, progressbar=False,
-               target_accept=0.95, exact=True)
+    # drawn to the bar: at a fixed 1500 draws its R-hat was 1.013 on one CPU, 1.01 or less on
+    # others (the same code; numba compiles for the host)
+    sampling.sample(exact, tune=1000, chains=2, seed=1, progressbar=False,
+                    target_accept=0.95, exact=True)
     converged(sampling.diagnostics(exact.idata))
     table = validate.agreement(model, exact)
     for quantity, one in table.groupby(level="quantity"):
