@@ -245,8 +245,8 @@ class LatencyModel:
     fits_ceilings: ClassVar[bool] = False
     # Whether it predicts only the configurations it was fitted on (no scaling laws).
     per_configuration: ClassVar[bool] = False
-    # Whether its rows' likelihood is the fused kernel's (bayeslat.models.likelihood): a mean
-    # from C1, C2 (and C3, Q) as log_mean computes it.
+    # Whether its rows' likelihood can be the fused kernel (bayeslat.models.likelihood): a mean
+    # from C1, C2 (and C3, Q) as log_mean computes it; sampling fuses the wall's variants.
     fuses: ClassVar[bool] = True
     # Feature scales of the scaling laws per coefficient (none for the per-configuration ones).
     scales: dict = {}
