@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/capacity.py [--part example,holdout,llmd,sampler,engine]
                                             [--variants hierarchical,capacity] [--chains 4]
-                                            [--draws 1000] [--seed 0]
+                                            [--draws 1000 (0: to the bar)] [--seed 0]
                                             [--engine dense-8b-h100:3]
                                             [--prior NAME=VALUE ...]
 
@@ -65,8 +65,11 @@ def fitted(variant: str, table: pd.DataFrame, args, label: str):
     config = cls.default_config()
     model = cls(table, dataclasses.replace(config, priors=config.priors | args.priors))
     start = time.perf_counter()
-    idata = sampling.sample(model, draws=args.draws, tune=args.draws, chains=args.chains,
-                       seed=args.seed, progressbar=False)
+    # --draws 0: as bayeslat fit samples (to the convergence bar, its default tuning)
+    length = ({"draws": args.draws, "tune": args.draws} if args.draws
+              else {"draws": None, "tune": sampling.TUNE})
+    idata = sampling.sample(model, **length, chains=args.chains, seed=args.seed,
+                            progressbar=False)
     diag = sampling.diagnostics(idata, time.perf_counter() - start)
     timing = json.loads(idata.posterior.attrs["sampler"])
     print(f"  [{label}] {variant}: {diag.seconds:.1f} s (compile {timing.get('compile_s', 0):.1f}"

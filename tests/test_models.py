@@ -238,6 +238,11 @@ def test_save_load_round_trip_predicts_the_same(fitted):
     loaded = fitting.load(path)
     assert type(loaded) is type(model) and loaded.excluded == model.excluded
     np.testing.assert_array_equal(loaded.idata.posterior["sigma"], model.idata.posterior["sigma"])
+    # the file holds the draws as float32, the fit in memory as float64 of the same values
+    with xr.open_dataset(path, group="posterior", engine="h5netcdf") as stored:
+        assert {var.dtype for var in stored.data_vars.values()} == {np.dtype(np.float32)}
+        assert stored["sigma"].encoding["shuffle"] and stored["sigma"].encoding["zlib"]
+    assert loaded.idata.posterior["sigma"].dtype == np.float64
     new = model.table.iloc[[0, 7, 20]].copy()
     new["rps"] = [0.0, 0.5, 1.0]
     a, b = model.predict(new, seed=1), loaded.predict(new, seed=1)

@@ -64,6 +64,10 @@ BARRIER_WIDTH = 0.002
 LOO_GROUP = "psis_loo"
 # Pareto k above which PSIS cannot estimate a point's left-out density (Vehtari et al., 2024).
 PARETO_K = 0.7
+# The draws are stored to float32's seven digits, far finer than any posterior's Monte Carlo
+# error and half the bytes of float64 (the example's capacity fit: 20 MB -> 9 MB); in memory they
+# stay float64, of the same values, so a fit and its file hold the same numbers.
+STORED_FLOAT = np.float32
 # Columns a table of new rows needs for predict (moe columns default to 0: dense).
 PREDICT_COLUMNS = schema.GROUP_COLUMNS + ("verifier_params_b", "method", "drafter",
                                           "drafter_params_b", "alpha", "k", "rps")
@@ -201,7 +205,35 @@ def _read_groups(path, only=None, skip=()) -> dict[str, xr.Dataset]:
     for name in names:
         with xr.open_dataset(path, group=name, engine="h5netcdf") as ds:
             out[name] = ds.load()
+    if "posterior" in out:  # the draws, as a fit in memory holds them (float64)
+        post = out["posterior"]
+        out["posterior"] = post.assign({name: var.astype(np.float64)
+                                        for name, var in post.data_vars.items()
+                                        if var.dtype == STORED_FLOAT})
     return out
+
+
+def round_draws(posterior: xr.Dataset) -> None:
+    """Round the float64 draws of ``posterior`` to :data:`STORED_FLOAT`'s precision, in place:
+    what a fit file holds (:meth:`LatencyModel.save`)."""
+    for name in [name for name, var in posterior.data_vars.items() if var.dtype == np.float64]:
+        posterior[name] = posterior[name].astype(STORED_FLOAT).astype(np.float64)
+
+
+def _write_netcdf(idata, path) -> None:
+    """The groups of ``idata`` into the netCDF file ``path``, one netCDF group each, as ArviZ's
+    ``to_netcdf`` writes them, but the posterior's float64 draws stored as
+    :data:`STORED_FLOAT` and every number compressed after HDF5's byte shuffle (which puts the
+    floats' exponent bytes together: 10% smaller)."""
+    mode = "w"
+    for group in idata.groups():
+        data = idata[group]
+        encoding = {name: {"zlib": True, "shuffle": True}
+                    | ({"dtype": STORED_FLOAT} if group == "posterior"
+                       and var.dtype == np.float64 else {})
+                    for name, var in data.data_vars.items() if var.dtype.kind in "biuf"}
+        data.to_netcdf(path, mode=mode, group=group, engine="h5netcdf", encoding=encoding)
+        mode = "a"
 
 
 def _loo_group(idata) -> xr.Dataset:
@@ -643,9 +675,12 @@ class LatencyModel:
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the fit as one netCDF file (atomically; refuses to overwrite unless told to).
-        The pointwise log-likelihood is stored as its PSIS-LOO (:func:`psis_loo`)."""
+        The pointwise log-likelihood is stored as its PSIS-LOO (:func:`psis_loo`); the draws
+        to float32's precision, to which the fit's own are rounded (:func:`round_draws`: a
+        sampled fit's already are)."""
         if self.idata is None:
             raise FitError("the model is not fitted; call fit() before save()")
+        round_draws(self.idata.posterior)
         idata = self.idata.copy()
         if "log_likelihood" in idata.groups():
             idata.add_groups({LOO_GROUP: _loo_group(idata)}, warn_on_custom_groups=False)
@@ -657,7 +692,7 @@ class LatencyModel:
             del idata.fit_data
         idata.add_groups({"fit_data": fit_data}, warn_on_custom_groups=False)
         with atomic_output(path, overwrite=overwrite) as tmp:
-            idata.to_netcdf(str(tmp), engine="h5netcdf")
+            _write_netcdf(idata, tmp)
         return Path(path)
 
     @classmethod

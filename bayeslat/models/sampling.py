@@ -18,7 +18,7 @@ import xarray as xr
 
 from bayeslat import compiled
 from bayeslat.errors import FitError
-from bayeslat.models.base import fast_mode
+from bayeslat.models.base import fast_mode, round_draws
 
 SAMPLERS = ("nutpie", "pymc", "numpyro")
 # Convergence: what --strict requires.
@@ -320,6 +320,7 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
         for group in ("observed_data", "constant_data"):
             if group in idata.groups():
                 delattr(idata, group)
+    round_draws(idata.posterior)  # what its file will hold, so that memory and file agree
     _complete(idata, pm_model, log_likelihood)
     idata.posterior.attrs["sampler"] = json.dumps(
         {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains, "seed": seed,
