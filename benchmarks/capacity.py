@@ -4,7 +4,7 @@
                                             [--variants hierarchical,capacity] [--chains 4]
                                             [--draws 1000 (0: to the bar)] [--seed 0]
                                             [--engine dense-8b-h100:3]
-                                            [--prior NAME=VALUE ...]
+                                            [--prior NAME=VALUE ...] [--cells CSV]
 
 Parts (all by default; each fit's wall time, convergence and divergences are printed with it):
 
@@ -14,7 +14,9 @@ Parts (all by default; each fit's wall time, convergence and divergences are pri
   the PSIS-LOO comparison of the variants (:func:`arviz.compare`).
 - ``holdout``: leave-top-rate-out on the example: each variant fitted without every
   configuration's highest constant rate, then asked to predict it: MAPE of the predictive
-  median and 50%/90% coverage of the held-out points.
+  median and 50%/90% coverage of the held-out points, how many predicted medians saturate
+  (past the model's capacity: an infinite error) and the MAPE of the others, the five largest
+  errors.
 - ``llmd``: the real GPU sweep ``data/llmd/sweep.csv`` (no SD): ``dense`` and
   ``dense-capacity`` fitted to it and, one constant rate left out at a time, MAPE and coverage
   of the rate left out; the model capacity against the measured 17.98 req/s.
@@ -27,9 +29,17 @@ Parts (all by default; each fit's wall time, convergence and divergences are pri
   capacity) at loads up to each setup's highest measured baseline rate, as ``decide`` gives
   them (with the likelihood's discrepancy), both over the cells within the SD configuration's
   own measured rates (decide's ``speedup_extrapolated``) and over all, and split by decide's
-  ``misfit`` mark (the fit's adequacy check stored as ``bayeslat fit`` stores it); the regret
+  ``misfit`` mark (the fit's adequacy check stored as ``bayeslat fit`` stores it), and by
+  whether the SD configuration or its baseline runs its requests alone at the load (below the
+  rate of its synchronous benchmark: evenly spaced requests that never overlap, whose latency
+  is the synchronous benchmark's, which the model's curves do not give); the regret
   of the risk-aware and the risk-neutral k there, and of the risk-aware k where decide marks
   its row neither extrapolated nor naming an unmeasured contender, and where it does.
+  ``--cells CSV`` writes every scored cell (bands, truth, labels).
+
+``--draws 0`` samples each fit to the convergence bar with ``bayeslat fit``'s tuning (the
+default fit); a number fixes the draws and the tuning steps. ``--prior NAME=VALUE`` sets a
+prior of every fit (a JSON value: ``--prior 'nu_gamma=[40, 4]'``).
 """
 
 from __future__ import annotations
@@ -114,9 +124,15 @@ def part_holdout(args):
     for variant in args.variants:
         model = fitted(variant, table[~top].reset_index(drop=True), args, "holdout")
         out = adequacy.held_out(model, table[top].reset_index(drop=True), args.seed)
+        finite = np.isfinite(out["ape"])  # a median past the model's capacity: inf
         print(f"    {variant}: {len(out)} held-out top rates, MAPE {out['ape'].mean():.2%}, "
               f"median APE {out['ape'].median():.2%}, max APE {out['ape'].max():.1%}, "
-              f"coverage 50% {out['in50'].mean():.3f}, 90% {out['in90'].mean():.3f}")
+              f"coverage 50% {out['in50'].mean():.3f}, 90% {out['in90'].mean():.3f}; "
+              f"{(~finite).sum()} predicted medians saturated, MAPE of the others "
+              f"{out.loc[finite, 'ape'].mean():.2%}")
+        worst = out.assign(ratio=out["median"] / out["latency_mean"]).nlargest(5, "ape")
+        print("    the largest errors (predicted median over measured): " + "; ".join(
+                  f"{row.config} {row.ratio:.2f}" for row in worst.itertuples()))
 
 
 def part_llmd(args):
@@ -211,6 +227,14 @@ def part_engine(args):
     # whether decide's answer was (neither its chosen k's nor another contending k's
     # extrapolated: decide's row neither "extrapolated" nor naming "unmeasured" ks)
     regret_within, answer_within = [], []
+    table_rows = []  # every cell, for --cells
+    # below the rate of its synchronous benchmark (1/its latency) a configuration's requests,
+    # evenly spaced by a constant-rate benchmark, never overlap: the truth is a lone
+    # request's latency, which no curve of the model describes (it has a global sync_shift)
+    sync = model.rows[model.rows["strategy"] == "synchronous"]
+    lone_rate = {(g, round(a, 6), int(k)): 1.0 / latency for g, a, k, latency in zip(
+        sync["group"], sync["alpha0"], sync["k"], sync["latency_mean"], strict=True)}
+    lone = []  # whether the SD configuration or its baseline runs its requests alone
     for _, setup in setups.iterrows():
         group = setup["setup"].rsplit(" ", 1)[0]
         loads = np.linspace(0.1, 1.0, 5) * measured[group]
@@ -238,8 +262,14 @@ def part_engine(args):
                     band = one["speedup"].sel(k=k)
                     s = lat0 / lat
                     cells.append(float(band.sel(stat="q05")) <= s <= float(band.sel(stat="q95")))
+                    table_rows.append({"setup": setup["setup"], "alpha": alpha, "k": k,
+                                       "rps": r, "load": r / measured[group], "truth": s}
+                                      | {q: float(band.sel(stat=q))
+                                         for q in ("q05", "q50", "q95")})
                     within.append(measured_here[k])
                     fits_badly.append(bool(one["misfit"].sel(k=k)))
+                    lone.append(any(r < lone_rate.get((group, a, kk), 0.0)
+                                    for a, kk in ((round(alpha, 6), k), (0.0, 0))))
                 k_risk = one["k_risk"].item()
                 best = min(true_k, key=true_k.get)
                 if np.isfinite(one["k_neutral"].item()):
@@ -259,6 +289,10 @@ def part_engine(args):
                                          one["k"].values, one["latency_tail"].values,
                                          strict=True)))
     cells, within, fits_badly = np.array(cells), np.array(within), np.array(fits_badly)
+    if args.cells:
+        pd.DataFrame(table_rows).assign(covered=cells, within=within, misfit=fits_badly,
+                                        lone=lone).to_csv(args.cells, index=False)
+        print(f"    every cell written to {args.cells}")
     regrets, neutral = np.array(regrets), np.array(neutral)
     regret_within, answer_within = np.array(regret_within), np.array(answer_within)
     print(f"    decide's 90% speedup bands cover the long-run truth in {cells[within].mean():.3f}"
@@ -274,6 +308,13 @@ def part_engine(args):
         mine = within & part
         print(f"    within the own rates, configurations {name} by the fit's adequacy check "
               f"({count} of {configs}): "
+              + (f"{cells[mine].mean():.3f} of {mine.sum()} cells covered" if mine.any()
+                 else "no cells"))
+    lone = np.array(lone)
+    for name, part in (("alone", lone), ("overlapping", ~lone)):
+        mine = within & part
+        print(f"    within the own rates, loads where the SD configuration's or its baseline's "
+              f"requests run {name} (below / above the rate of its synchronous benchmark): "
               + (f"{cells[mine].mean():.3f} of {mine.sum()} cells covered" if mine.any()
                  else "no cells"))
     inside = regrets[regret_within]
@@ -302,10 +343,12 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--engine", default="dense-8b-h100:3",
                         help="the engine part's preset and simulation seed")
+    parser.add_argument("--cells", metavar="CSV",
+                        help="engine part: write every (setup, alpha, k, load) cell here")
     parser.add_argument("--prior", action="append", default=[], metavar="NAME=VALUE",
-                        help="a prior of every fit set to a number (bayeslat.scaling)")
+                        help="a prior of every fit set to a JSON value (bayeslat.scaling)")
     args = parser.parse_args()
-    args.priors = {k: float(v) for k, v in (p.split("=", 1) for p in args.prior)}
+    args.priors = {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.prior)}
     args.variants = args.variants.split(",")
     quiet_pymc()
     for part in args.part.split(","):
