@@ -33,9 +33,6 @@ from bayeslat.models import DEFAULT
 from bayeslat.models import check as check_variant
 from bayeslat.models.sampling import TUNE, Diagnostics
 
-# Draft lengths compared when none are given.
-KS = tuple(range(9))
-
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """A sweep table (Parquet or tidy CSV) read and validated:
@@ -169,7 +166,7 @@ class Fit:
         90% interval); :func:`bayeslat.decide.baselines`."""
         return decide.baselines(self.model, seed)
 
-    def decide(self, alpha, *, setup: str | None = None, rps=None, k=KS,
+    def decide(self, alpha, *, setup: str | None = None, rps=None, k=None,
                prefill: float | None = None, decode: float | None = None,
                verifier_params: float | None = None, drafter_params: float | None = None,
                risk: float = 0.05, max_saturated: float = decide.MAX_SATURATED,
@@ -187,7 +184,8 @@ class Fit:
             Loads (req/s); None: each setup's own grid, 12 loads from 0 to its measured
             ceiling (:func:`bayeslat.decide.default_loads`).
         k
-            Draft lengths to compare (0, no SD, is always added).
+            Draft lengths to compare (0, no SD, is always added); None: every draft length
+            the fit measured (a k never measured is an extrapolation at every load).
         prefill, decode, verifier_params, drafter_params
             Predict the chosen setups at another prompt or output length (tokens) or model
             size (1e9 parameters): a setup never measured, every load extrapolated.
@@ -211,7 +209,8 @@ class Fit:
         :class:`Decisions`
         """
         alphas = checks.alphas(alpha)
-        ks = checks.draft_lengths(k)
+        ks = (np.unique(self.model.table["k"].to_numpy(int)) if k is None
+              else checks.draft_lengths(k))
         loads = None if rps is None else checks.loads(rps)
         options = {"epsilon": checks.share(risk, "risk"), "seed": seed,
                    "max_saturated": checks.share(max_saturated, "max_saturated",
@@ -261,7 +260,7 @@ class Fit:
                              + "; ".join(setups["setup"]), field="setup")
         return setups.reset_index(drop=True).copy()
 
-    def speedup(self, setup: str, alpha, *, rps=None, k=KS, **options) -> xr.DataArray:
+    def speedup(self, setup: str, alpha, *, rps=None, k=None, **options) -> xr.DataArray:
         """The speedup of each k over no SD at each load, for one setup: quantiles (``stat``:
         ``q05`` ... ``q95``) of the true latency's ratio and ``mean`` (the ratio of expected
         latencies), dims ``alpha``, ``rps``, ``k``, ``stat``. ``options``: as
@@ -269,7 +268,7 @@ class Fit:
         ds = self.decide(alpha, setup=setup, rps=rps, k=k, single=True, **options)
         return ds.dataset()["speedup"].squeeze("setup", drop=True)
 
-    def break_even(self, setup: str, alpha, *, k=KS, **options) -> pd.DataFrame:
+    def break_even(self, setup: str, alpha, *, k=None, **options) -> pd.DataFrame:
         """RPS* (the load above which SD stops paying), its alert line and the capacity, per
         (alpha, k) of one setup (:func:`bayeslat.decide.break_even_table`)."""
         return self.decide(alpha, setup=setup, k=k, single=True, **options).break_even()

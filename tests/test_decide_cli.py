@@ -69,6 +69,8 @@ def test_json_has_one_decision_per_setup_alpha_and_load(fits):
     assert len(out["decisions"]) == 4 * 2 * 3  # setups x alphas x loads
     assert {"k_neutral", "k_risk", "speedup", "p_sd_hurts", "regret"} <= set(out["decisions"][0])
     assert all(row["k"] > 0 for row in out["break_even"])
+    # without --k, the draft lengths the fit measured (SPEC's), not unmeasured ones
+    assert sorted({row["k"] for row in out["break_even"]}) == list(SPEC.ks)
 
 
 def test_unmeasured_length_predicted_by_hierarchical_not_dense(fits):

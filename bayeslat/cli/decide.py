@@ -24,7 +24,8 @@ def command(
     alpha: str = typer.Option(..., "--alpha", help="Acceptance rate(s): 0.7 or 0.6,0.8."),
     rps: str = typer.Option(None, "--rps", help="Loads in req/s: 0,2,4 or start:stop:count. "
                             "Default: per setup, 12 loads from 0 to its measured ceiling."),
-    k: str = typer.Option("0:8:9", "--k", help="Draft lengths to compare (0 is always added)."),
+    k: str = typer.Option(None, "--k", help="Draft lengths to compare (0 is always added): "
+                          "2,4 or start:stop:count. Default: those the fit measured."),
     setup: str = typer.Option(None, "--setup", help="Choose the setup whose label contains this "
                               "text (see the list printed without it)."),
     prefill: float = typer.Option(None, "--prefill", help="Predict for this prompt length."),
@@ -64,7 +65,7 @@ def command(
     checks.share(risk, "risk")
     checks.share(max_saturated, "max_saturated", below_one=True)
     alphas = check_alphas(alpha)
-    ks = checks.draft_lengths(parse_floats(k, "k"))
+    ks = None if k is None else checks.draft_lengths(parse_floats(k, "k"))
     loads = check_loads(rps)
     # pandas, xarray and the models only once the options are known to be good
     from bayeslat import api
