@@ -303,18 +303,16 @@ def part_engine(args):
           f"{regrets.mean():.2%}, max {regrets.max():.1%} over {len(regrets)} cells; "
           f"risk-neutral k: {neutral.mean():.2%}, max {neutral.max():.1%}")
     marked, configs = int(check.configs["misfit"].sum()), len(check.configs)
-    for name, part, count in (("marked misfit", fits_badly, marked),
-                              ("not marked", ~fits_badly, configs - marked)):
-        mine = within & part
-        print(f"    within the own rates, configurations {name} by the fit's adequacy check "
-              f"({count} of {configs}): "
-              + (f"{cells[mine].mean():.3f} of {mine.sum()} cells covered" if mine.any()
-                 else "no cells"))
     lone = np.array(lone)
-    for name, part in (("alone", lone), ("overlapping", ~lone)):
+    splits = [(f"configurations {name} by the fit's adequacy check ({count} of {configs})", part)
+              for name, part, count in (("marked misfit", fits_badly, marked),
+                                        ("not marked", ~fits_badly, configs - marked))]
+    splits += [(f"loads where the SD configuration's or its baseline's requests run {name} "
+                "(below / above the rate of its synchronous benchmark)", part)
+               for name, part in (("alone", lone), ("overlapping", ~lone))]
+    for what, part in splits:
         mine = within & part
-        print(f"    within the own rates, loads where the SD configuration's or its baseline's "
-              f"requests run {name} (below / above the rate of its synchronous benchmark): "
+        print(f"    within the own rates, {what}: "
               + (f"{cells[mine].mean():.3f} of {mine.sum()} cells covered" if mine.any()
                  else "no cells"))
     inside = regrets[regret_within]
