@@ -5,6 +5,7 @@
                                             [--draws 1000 (0: to the bar)] [--seed 0]
                                             [--engine dense-8b-h100:3]
                                             [--prior NAME=VALUE ...] [--cells CSV]
+                                            [--truth constant|poisson]
 
 Parts (all by default; each fit's wall time, convergence and divergences are printed with it):
 
@@ -35,7 +36,9 @@ Parts (all by default; each fit's wall time, convergence and divergences are pri
   is the synchronous benchmark's, which the model's curves do not give); the regret
   of the risk-aware and the risk-neutral k there, and of the risk-aware k where decide marks
   its row neither extrapolated nor naming an unmeasured contender, and where it does.
-  ``--cells CSV`` writes every scored cell (bands, truth, labels).
+  ``--cells CSV`` writes every scored cell (bands, truth, labels); ``--truth poisson``
+  measures the truth with Poisson arrivals (production traffic) instead of the sweeps'
+  constant rate.
 
 ``--draws 0`` samples each fit to the convergence bar with ``bayeslat fit``'s tuning (the
 default fit); a number fixes the draws and the tuning steps. ``--prior NAME=VALUE`` sets a
@@ -174,12 +177,13 @@ def part_sampler(args):
         print(az.compare(loo, ic="loo").round(1).to_string())
 
 
-def engine_truth(configs, loads, seed: int) -> pd.DataFrame:
+def engine_truth(configs, loads, seed: int, arrivals: str = "constant") -> pd.DataFrame:
     """Long-run mean latency of each configuration at its loads: 8x the requests of a sweep's
-    benchmark and a 0.5% standard-error target. A benchmark past the configuration's capacity
-    (flagged as a sweep's would be: its latency growing through the run, or its rate short of
-    the target) has no long-run latency: ``inf``, a speedup of 0 (its finite mean is only the
-    length of the run)."""
+    benchmark and a 0.5% standard-error target, its requests sent at a constant rate (as the
+    sweeps send them) or as a Poisson process (``arrivals``: production traffic). A benchmark
+    past the configuration's capacity (flagged as a sweep's would be: its latency growing
+    through the run, or its rate short of the target) has no long-run latency: ``inf``, a
+    speedup of 0 (its finite mean is only the length of the run)."""
     from bayeslat.data.saturation import flag_saturated
     from bayeslat.simulate.protocol import Protocol, run_benchmark
 
@@ -188,7 +192,7 @@ def engine_truth(configs, loads, seed: int) -> pd.DataFrame:
     for i, (config, rates) in enumerate(zip(configs, loads, strict=True)):
         sync = run_benchmark(config, "synchronous", np.nan, long, seed, (i, 0))
         for j, rate in enumerate(rates):
-            bench = run_benchmark(config, "constant", float(rate), long, seed, (i, 1 + j),
+            bench = run_benchmark(config, arrivals, float(rate), long, seed, (i, 1 + j),
                                   sync.row["latency_mean"] * 2)
             out.append({**bench.row, **config.identity()})
             growing.append(bench.growing)
@@ -243,7 +247,7 @@ def part_engine(args):
         mine = [c for c in configs if c.deployment.verifier.name == setup["verifier"]
                 and c.prefill_tokens == setup["prefill_tokens"]
                 and c.decode_tokens == setup["decode_tokens"]]
-        truth = engine_truth(mine, [loads] * len(mine), seed=seed + 1000)
+        truth = engine_truth(mine, [loads] * len(mine), seed=seed + 1000, arrivals=args.truth)
         truth["alpha"] = truth["alpha"].fillna(0.0)
         saturated += int(np.isinf(truth.loc[truth["k"] > 0, "latency"]).sum())
         for alpha in chosen.alphas:
@@ -341,6 +345,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--engine", default="dense-8b-h100:3",
                         help="the engine part's preset and simulation seed")
+    parser.add_argument("--truth", choices=("constant", "poisson"), default="constant",
+                        help="engine part: the truth's arrivals (the sweeps' are constant)")
     parser.add_argument("--cells", metavar="CSV",
                         help="engine part: write every (setup, alpha, k, load) cell here")
     parser.add_argument("--prior", action="append", default=[], metavar="NAME=VALUE",
