@@ -2,8 +2,9 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from bayeslat.data.saturation import flag_saturated, latency_grows
+from bayeslat.data.saturation import flag_saturated, latency_grows, shortfall_ratio
 
 
 def rows():
@@ -36,6 +37,26 @@ def test_requests_in_flight_when_the_run_stops_are_not_failures():
     out = flag_saturated(low)
     assert out["saturated"].tolist() == [False, True, True]
     assert "beyond those in flight" in out.loc[2, "saturation_reason"]
+
+
+def test_poisson_arrivals_short_of_their_target_by_chance_are_not_saturation():
+    """Poisson arrivals at rate λ reach a rate below 0.95·λ by chance (one benchmark in
+    fifteen at 800 requests, more than one in four at 100); a Poisson benchmark is flagged only
+    below what its own count reaches with probability 0.1%, evenly spaced sends at 95%."""
+    rng = np.random.default_rng(1)
+    n = np.array([100, 800, 3000])
+    ratio = shortfall_ratio(["poisson"] * 3, n)
+    assert ratio == pytest.approx([0.7476, 0.8986, 0.9457], abs=1e-4)
+    assert shortfall_ratio(["constant"] * 3, n).tolist() == [0.95] * 3
+    # seeded draws of the achieved rate n / (duration of n arrivals at rate 1)
+    achieved = n[:, None] / rng.gamma(n[:, None], 1.0, size=(3, 20_000))
+    assert (achieved < 0.95).mean(axis=1)[:2] == pytest.approx([0.28, 0.068], abs=0.01)
+    assert (achieved < ratio[:, None]).mean(axis=1) == pytest.approx([0.001] * 3, abs=6e-4)
+    table = pd.DataFrame(dict(strategy=["poisson", "constant", "poisson"],
+                              rate_target=[1.0] * 3, rps=[0.92, 0.92, 0.85],
+                              latency_mean=[1.0] * 3, n_successful=[800] * 3,
+                              n_errored=[0] * 3, n_incomplete=[0] * 3))
+    assert flag_saturated(table)["saturated"].tolist() == [False, True, True]
 
 
 def test_growth_joins_other_reasons():
