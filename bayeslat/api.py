@@ -240,8 +240,11 @@ class Fit:
         warnings += [f"{row.setup} was never measured: every load is a prediction of the "
                      "scaling laws (extrapolated)" for row in info.itertuples() if row.new_setup]
         warnings += fitting.misfit_warnings(self.model, chosen)
+        arrivals = decide.arrivals(self.model.table)
+        if arrivals == "mixed":
+            warnings.append(decide.arrivals_note(arrivals))
         return Decisions(datasets=datasets, setups=chosen, info=info, warnings=warnings,
-                         diagnostics=diag)
+                         diagnostics=diag, arrivals=arrivals)
 
     def choose(self, text: str | None = None, single: bool = False) -> pd.DataFrame:
         """The rows of :meth:`setups` whose label contains ``text`` (all for None); with
@@ -303,6 +306,9 @@ class Decisions:
         measured).
     diagnostics
         The fit's convergence.
+    arrivals
+        How the fitted benchmarks sent their requests, which is what a load means
+        (:func:`bayeslat.decide.arrivals`: ``constant``, ``poisson``, ``mixed``).
     """
 
     datasets: list[xr.Dataset]
@@ -310,6 +316,7 @@ class Decisions:
     info: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
     diagnostics: Diagnostics | None = None
+    arrivals: str = "constant"
 
     def dataset(self, setup: str | None = None) -> xr.Dataset:
         """The Dataset of ``setup`` (its label), or the only one."""

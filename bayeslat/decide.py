@@ -27,11 +27,11 @@ measurements do, by the likelihood's scale without the measurement error
 discrepancy, ``L̃_{s,k} = L_{s,k}·exp(d_{s,k})`` with ``d = scale·t_nu``, one ``t`` per draw
 and configuration (independent between k, shared along the loads of a curve), and the
 quantities that speak of probabilities take it: speedup quantiles, ``P(SD hurts)``, ``P(k* =
-k)`` and the risk-aware screen. Bands of the curve alone covered the long-run truth of
-engine-simulator data in 70% of cells, with the discrepancy in 87%
-(``benchmarks/capacity.py``). Expectations stay on the curve (``t_nu`` has no exponential
-moments): the expected latency, the regret, the risk-neutral k and the speedup's ``mean``,
-:math:`\mathbb{E}[L_0]/\mathbb{E}[L_k]`. RPS* and the alert line are where the curves cross.
+k)`` and the risk-aware screen. With it the bands covered the long-run truth of
+engine-simulator data in 84–91% of cells (``benchmarks/capacity.py --part engine``).
+Expectations stay on the curve (``t_nu`` has no exponential moments): the expected latency, the
+regret, the risk-neutral k and the speedup's ``mean``, :math:`\mathbb{E}[L_0]/\mathbb{E}[L_k]`.
+RPS* and the alert line are where the curves cross.
 
 Saturation and the choice of k
 ------------------------------
@@ -69,6 +69,17 @@ Draws in which the baseline itself is saturated at a load say nothing about spee
 are left out of speedup means and quantiles (``nan``), and ``p_valid`` reports the share kept.
 ``P(SD hurts)`` counts the draws where SD is slower than the baseline (a saturated SD against
 an unsaturated baseline hurts; two saturated servers do not count).
+
+The load
+--------
+A load is a request rate as the sweep's benchmarks sent their requests (:func:`arrivals`):
+evenly spaced by GuideLLM's constant profile, or as a Poisson process by its ``poisson`` profile.
+At the same mean rate random arrivals queue more, most near capacity: on engine-simulator sweeps
+the bands of fits to constant-rate sweeps covered the long-run speedup under Poisson traffic in
+41–67% of cells, those of fits to Poisson sweeps in 89–91% (``benchmarks/capacity.py --part
+engine --sweep poisson --truth poisson``). Answers for production traffic need a Poisson sweep;
+a fit of both kinds of benchmark (one curve per configuration for two arrival processes) is
+warned about.
 
 What was measured
 -----------------
@@ -581,6 +592,31 @@ def setups(table: pd.DataFrame) -> pd.DataFrame:
     out = sd.drop_duplicates(cols)[cols].reset_index(drop=True)
     out["setup"] = schema.draft_labels(out)
     return out
+
+
+def arrivals(table: pd.DataFrame) -> str:
+    """How the benchmarks of the load curves sent their requests: ``constant`` (evenly spaced),
+    ``poisson``, ``mixed`` (both: one curve per configuration for two arrival processes) or
+    ``none`` (no rated benchmark below saturation), from the fitted rows' ``strategy``."""
+    rated = set(table.loc[~table["saturated"].to_numpy(bool), "strategy"]) & {"constant",
+                                                                                "poisson"}
+    return "mixed" if len(rated) > 1 else rated.pop() if rated else "none"
+
+
+def arrivals_note(kind: str) -> str:
+    """One sentence on what a load means for a fit whose curves rest on ``kind`` arrivals
+    (:func:`arrivals`)."""
+    return {
+        "constant": "loads are rates of evenly spaced requests, as the sweep's constant-rate "
+                    "benchmarks sent them; random (Poisson) arrivals at the same rate queue "
+                    "more near capacity: to decide for production traffic, sweep with "
+                    "GuideLLM's poisson profile and fit that",
+        "poisson": "loads are rates of Poisson arrivals, as the sweep's poisson benchmarks "
+                   "sent them",
+        "mixed": "the fit mixes constant-rate and Poisson benchmarks, whose latencies differ "
+                 "near capacity at the same rate, under one curve per configuration: fit "
+                 "each kind of sweep on its own",
+    }.get(kind, "")
 
 
 def measured_loads(model, setup: pd.DataFrame) -> pd.DataFrame:

@@ -3,6 +3,7 @@
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 
@@ -368,3 +369,15 @@ def test_verdicts_say_on_or_off_which_k_and_why():
         f"the lowest latency at 95% probability, {C1[2]:.3g} s (no SD: {C1[0]:.3g} s)")
     assert np.isnan(v.loc[15.0, "k"]) and "does not keep up" in v.loc[15.0, "reason"]
     assert v.loc[0.0, "speedup"] == pytest.approx(C1[0] / C1[2])
+
+
+def test_arrivals_are_those_of_the_rated_benchmarks_below_saturation():
+    """What a load means: the strategy of the unsaturated constant or Poisson rows."""
+    table = pd.DataFrame({"strategy": ["synchronous", "constant", "poisson", "throughput"],
+                          "saturated": [False, False, True, True]})
+    assert decide.arrivals(table) == "constant"
+    assert decide.arrivals(table.assign(saturated=False)) == "mixed"
+    assert decide.arrivals(table.assign(strategy="poisson")) == "poisson"
+    assert decide.arrivals(table.iloc[[0, 3]]) == "none"
+    assert decide.arrivals_note("none") == ""
+    assert "fit each kind of sweep on its own" in decide.arrivals_note("mixed")

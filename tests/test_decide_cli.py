@@ -33,8 +33,10 @@ def fits(tmp_path_factory):
         table = sample_sweep(SPEC, seed=3)[0]
         # a group measured with SD only: no baseline rows
         nobase = table[~((schema.group_labels(table) == NO_BASELINE) & (table["k"] == 0))]
+        poisson = table.assign(strategy=table["strategy"].replace("constant", "poisson"))
         for name, variant, data in (("hierarchical", "hierarchical", table),
                                     ("dense", "dense", table),
+                                    ("poisson", "dense", poisson),
                                     ("moe", "moe", sample_sweep(MOE_SPEC, seed=3)[0]),
                                     ("nobase", "hierarchical", nobase)):
             model = get(variant)(data)
@@ -71,6 +73,20 @@ def test_json_has_one_decision_per_setup_alpha_and_load(fits):
     assert all(row["k"] > 0 for row in out["break_even"])
     # without --k, the draft lengths the fit measured (SPEC's), not unmeasured ones
     assert sorted({row["k"] for row in out["break_even"]}) == list(SPEC.ks)
+
+
+def test_outputs_say_how_the_sweep_sent_its_requests(fits):
+    """A load is a rate of evenly spaced requests for a constant-rate sweep, of Poisson
+    arrivals for a Poisson sweep: the table's footnote and the JSON say which."""
+    args = ("--alpha", "0.6", "--rps", "1", "--setup", "llama-8b H100 p128")
+    constant, poisson = (invoke(fits[name], *args) for name in ("dense", "poisson"))
+    text = " ".join(constant.output.split())
+    assert "loads are rates of evenly spaced requests" in text
+    assert "sweep with GuideLLM's poisson profile" in text
+    assert "loads are rates of Poisson arrivals" in " ".join(poisson.output.split())
+    for name, kind in (("dense", "constant"), ("poisson", "poisson")):
+        out = json.loads(invoke(fits[name], *args, "--format", "json").output)
+        assert out["arrivals"] == kind
 
 
 def test_unmeasured_length_predicted_by_hierarchical_not_dense(fits):

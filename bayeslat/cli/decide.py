@@ -89,11 +89,13 @@ def command(
             "diagnostics": {"max_rhat": diag.max_rhat, "min_ess_bulk": diag.min_ess_bulk,
                             "min_ess_tail": diag.min_ess_tail,
                             "divergences": diag.divergences},
-            "warnings": found.warnings, "setups": _records(found.info),
+            "arrivals": found.arrivals, "warnings": found.warnings,
+            "setups": _records(found.info),
             "decisions": _records(decisions), "break_even": _records(break_even),
         }, indent=2))
     else:
-        _print_tables(decisions, break_even, found.info, risk, max_saturated, found.warnings)
+        _print_tables(decisions, break_even, found.info, risk, max_saturated, found.warnings,
+                      found.arrivals)
 
 
 def _records(df):
@@ -105,8 +107,8 @@ def _num(value, fmt):
     return "–" if not np.isfinite(value) else format(value, fmt)
 
 
-def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
-    from bayeslat.decide import shows_rps_star
+def _print_tables(decisions, break_even, info, risk, max_saturated, warnings, arrivals):
+    from bayeslat.decide import arrivals_note, shows_rps_star
 
     out = make_console()
     for line in warnings:
@@ -162,7 +164,9 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings):
               "N' = other ks (or no SD) keeping up in at least half the draws at this load but "
               "measured only at lower loads: the choice compares with their extrapolation; "
               "'misfit' = the fit's adequacy check marked the chosen k's configuration (or no "
-              "SD's) misfit: its band rests on a curve that misses its measurements.",
+              "SD's) misfit: its band rests on a curve that misses its measurements."
+              + (f" The {arrivals_note(arrivals)}." if arrivals in ("constant", "poisson")
+                 else ""),
               highlight=False)
 
 

@@ -27,7 +27,8 @@ def section(inputs) -> page.Section:
         "the alert line (SD hurts below it with 5% probability only). The last column says "
         "how well the model fits the setup's top measured loads, where these answers are "
         "decided: an answer at loads where it fits POORLY is a guess however narrow its band. "
-        "The evidence follows: first whether the model fits its data."))
+        + _load_meaning(decide.arrivals(inputs.model.table))
+        + "The evidence follows: first whether the model fits its data."))
     out.add(inputs.skipped_note())
     if answers is None or not len(answers):
         return out
@@ -38,6 +39,12 @@ def section(inputs) -> page.Section:
                      [fit.get(s, "") for s in table["setup"]])
     out.add(page.table(table, cls="answer"))
     return out
+
+
+def _load_meaning(arrivals: str) -> str:
+    """What the loads mean (:func:`bayeslat.decide.arrivals_note`), as a sentence."""
+    note = decide.arrivals_note(arrivals)
+    return f"{note[0].upper()}{note[1:]}. " if note else ""
 
 
 def near_capacity(inputs) -> dict[str, str]:
