@@ -598,8 +598,7 @@ def arrivals(table: pd.DataFrame) -> str:
     """How the benchmarks of the load curves sent their requests: ``constant`` (evenly spaced),
     ``poisson``, ``mixed`` (both: one curve per configuration for two arrival processes) or
     ``none`` (no rated benchmark below saturation), from the fitted rows' ``strategy``."""
-    rated = set(table.loc[~table["saturated"].to_numpy(bool), "strategy"]) & {"constant",
-                                                                                "poisson"}
+    rated = set(table.loc[~table["saturated"].to_numpy(bool), "strategy"]) & set(schema.RATED)
     return "mixed" if len(rated) > 1 else rated.pop() if rated else "none"
 
 

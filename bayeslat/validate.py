@@ -9,10 +9,11 @@ predictive of each measured mean latency, the likelihood's scatter and the measu
 included). The splits are the questions users bring:
 
 ``top-rate``
-    one fold: each configuration's highest constant rate, the load nearest capacity;
+    one fold: each configuration's highest constant (or Poisson) rate, the load nearest
+    capacity;
 ``rate``
-    leave-one-rate-out: a fold per rank ``i``, the ``i``-th lowest constant rate of every
-    configuration (measured below saturation) held out at once, each predicted from the
+    leave-one-rate-out: a fold per rank ``i``, the ``i``-th lowest constant (or Poisson) rate of
+    every configuration (measured below saturation) held out at once, each predicted from the
     configuration's other rates (the interpolation and extrapolation of each curve, rate by
     rate; the highest fold holds only the configurations measured at that many rates);
 ``alpha``
@@ -140,19 +141,20 @@ def folds(table: pd.DataFrame, split: str) -> list[Fold]:
         return [Fold(split, " + ".join(names), workloads.isin(names).to_numpy())
                 for names in workload_sets(table, _per_fold(split))]
     if split in ("top-rate", "rate"):
-        constant = ok & (table["strategy"] == "constant").to_numpy()
+        rated = ok & table["strategy"].isin(schema.RATED).to_numpy()
         labels = schema.config_labels(table)
         if split == "top-rate":
-            top = table[constant].groupby(labels[constant])["rps"].idxmax()
+            top = table[rated].groupby(labels[rated])["rps"].idxmax()
             return [Fold(split, "each configuration's top rate",
                          table.index.isin(top.to_numpy()))]
-        # each unsaturated constant rate's rank within its configuration, 1 the lowest
-        rank = table["rps"].where(constant).groupby(labels).rank(method="first").to_numpy()
+        # each unsaturated constant or Poisson rate's rank within its configuration, 1 the lowest
+        rank = table["rps"].where(rated).groupby(labels).rank(method="first").to_numpy()
         n = int(np.nanmax(rank, initial=0))
         if n < 2:
-            raise InputError("no configuration of the sweep has two or more constant rates "
-                             "measured below saturation: holding one out would leave nothing "
-                             "to learn its curve from; choose another split", field="split")
+            raise InputError("no configuration of the sweep has two or more constant or Poisson "
+                             "rates measured below saturation: holding one out would leave "
+                             "nothing to learn its curve from; choose another split",
+                             field="split")
         return [Fold(split, f"rate {i}{' (lowest)' * (i == 1)}", rank == i)
                 for i in range(1, n + 1)]
     if split == "alpha":

@@ -73,12 +73,21 @@ def test_rate_leaves_out_each_constant_rate_once_rank_by_rank(table):
     assert (folds[-1].drop <= top.drop).all()
 
 
+@pytest.mark.parametrize("split", ["top-rate", "rate"])
+def test_a_poisson_sweep_s_rates_are_held_out_as_constant_ones_are(table, split):
+    """GuideLLM's poisson profile gives the load curves' points as its constant profile does."""
+    poisson = table.assign(strategy=table["strategy"].replace("constant", "poisson"))
+    drops = [[f.drop for f in validate.folds(t, split)] for t in (table, poisson)]
+    assert len(drops[0]) == len(drops[1]) >= 1
+    assert all((a == b).all() and a.any() for a, b in zip(*drops, strict=True))
+
+
 def test_rate_refuses_a_sweep_with_one_rate_per_configuration(table):
     constant = table["strategy"] == "constant"
     lowest = table["rps"].where(constant).groupby(schema.config_labels(table)).transform("min")
     one = table[table["rps"].eq(lowest) | ~constant]  # each configuration's lowest rate only
     assert one["strategy"].eq("constant").sum() == schema.config_labels(table).nunique()
-    with pytest.raises(InputError, match="two or more constant rates"):
+    with pytest.raises(InputError, match="two or more constant or Poisson rates"):
         validate.folds(one.reset_index(drop=True), "rate")
 
 

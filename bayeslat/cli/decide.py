@@ -108,6 +108,7 @@ def _num(value, fmt):
 
 
 def _print_tables(decisions, break_even, info, risk, max_saturated, warnings, arrivals):
+    from bayeslat.data.schema import RATED
     from bayeslat.decide import arrivals_note, shows_rps_star
 
     out = make_console()
@@ -165,7 +166,7 @@ def _print_tables(decisions, break_even, info, risk, max_saturated, warnings, ar
               "measured only at lower loads: the choice compares with their extrapolation; "
               "'misfit' = the fit's adequacy check marked the chosen k's configuration (or no "
               "SD's) misfit: its band rests on a curve that misses its measurements."
-              + (f" The {arrivals_note(arrivals)}." if arrivals in ("constant", "poisson")
+              + (f" The {arrivals_note(arrivals)}." if arrivals in RATED
                  else ""),
               highlight=False)
 

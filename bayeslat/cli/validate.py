@@ -22,8 +22,8 @@ def command(
                               "The default, the paper's model, refits fastest."),
     split: str = typer.Option("top-rate,alpha,k,workload,verifier", "--split",
                               help="Checks, comma-separated: top-rate (each configuration's "
-                              "highest constant rate), rate (leave-one-rate-out: a fold per "
-                              "rank of the configurations' constant rates, lowest first), "
+                              "highest constant or Poisson rate), rate (leave-one-rate-out: a "
+                              "fold per rank of the configurations' rates, lowest first), "
                               "alpha, k, workload, verifier (a fold per value), workload-2, "
                               "workload-4 (any workload-<n>: n workloads held out together), "
                               "budget (a third of the SD configurations "

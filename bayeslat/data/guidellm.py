@@ -38,12 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from bayeslat.data.saturation import latency_grows
-from bayeslat.data.schema import STRATEGIES
+from bayeslat.data.schema import RATED, STRATEGIES
 from bayeslat.errors import InputError
 
 SCHEMAS = {1: "GuideLLM 0.5.x–0.6.x", 2: "GuideLLM 0.7.x–0.8.x"}
 FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".csv": "csv"}
-RATED = ("constant", "poisson")  # strategies whose rate is a target arrival rate
 # Positions in a CSV "Percentiles" cell.
 CSV_PERCENTILES = ("min", "p001", "p01", "p05", "p10", "p25", "p75", "p90", "p95", "p99", "max")
 _SUPPORTED = "bayeslat reads schema 1 (GuideLLM 0.5.x–0.6.x) and 2 (0.7.x–0.8.x)"

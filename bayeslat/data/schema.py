@@ -102,6 +102,8 @@ _CONSTANT_DEFAULTS = {
 _BASELINE_DEFAULTS = {"drafter": "none", "drafter_params_b": 0.0, "method": "none",
                       "alpha": np.nan, "alpha_source": "none"}
 STRATEGIES = ("synchronous", "constant", "poisson", "throughput", "concurrent")
+# Strategies whose rate is a target arrival rate: the points of the load curves.
+RATED = ("constant", "poisson")
 ALPHA_SOURCES = ("forced", "measured", "assumed", "none")
 
 _DTYPES = {"str": object, "float": "float64", "int": "int64", "bool": "bool"}

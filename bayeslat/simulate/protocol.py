@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from bayeslat.data.saturation import flag_saturated, latency_grows
-from bayeslat.data.schema import COLUMN_NAMES
+from bayeslat.data.schema import COLUMN_NAMES, RATED
 from bayeslat.errors import InputError
 from bayeslat.simulate.engine import (
     Deployment,
@@ -87,7 +87,7 @@ class Protocol:
     rates: int = N_RATES
 
     def __post_init__(self):
-        if self.arrivals not in ("constant", "poisson"):
+        if self.arrivals not in RATED:
             raise InputError(f"arrivals must be 'constant' or 'poisson', got {self.arrivals!r}",
                              field="arrivals")
         if self.requests < 10:
@@ -222,14 +222,14 @@ def run_benchmark(config: Configuration, strategy: str, rate: float, protocol: P
         bench = Benchmark(row, record, measured)
         rel_se = row["latency_std"] / math.sqrt(n_meas) / row["latency_mean"]
         precise = rel_se <= protocol.target_se or n_meas >= protocol.max_requests
-        steady = strategy not in ("constant", "poisson") or row["latency_mean"] <= 1.25 * guess
+        steady = strategy not in RATED or row["latency_mean"] <= 1.25 * guess
         if (precise and steady) or strategy == "throughput" or bench.growing:
             break
         guess = max(guess, row["latency_mean"])
         if not precise:
             n_se = math.ceil(n_meas * 1.2 * (rel_se / protocol.target_se) ** 2)
     row.update(strategy=strategy,
-               rate_target=rate if strategy in ("constant", "poisson") else math.nan)
+               rate_target=rate if strategy in RATED else math.nan)
     return bench
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bayeslat.data.schema import config_labels
+from bayeslat.data.schema import RATED, config_labels
 from bayeslat.files import atomic_output
 from bayeslat.simulate.protocol import Requests
 
@@ -80,7 +80,7 @@ def report_document(rows: pd.DataFrame, requests: dict[str, Requests]) -> dict:
 
 
 def _benchmark(row: pd.Series, reqs: Requests | None) -> dict:
-    rated = row["strategy"] in ("constant", "poisson")
+    rated = row["strategy"] in RATED
 
     def mean(value: float) -> dict:
         return {"successful": {"mean": float(value)}}
