@@ -118,13 +118,13 @@ def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c3v_nonce
     assert model.config.noncentered == ("c1p", "c2d", "c3v")
     assert "z_c2d" in post and "log_c2d" not in post
     assert "z_c3v" in post and "log_c3v" not in post
-    assert post["log_Q_top"].dims == ("chain", "draw", "config")
+    assert post["log_Q_wait"].dims == ("chain", "draw", "config")
     assert "q" not in post and "tau_q" not in post and "mu_log_Q" not in post
     # centred on its group's stage-1 value, floored: the start sits there
     groups = model.queue_factors()
     assert set(groups.index) == set(model.rows["group"]) and (groups >= np.log(Q_FLOOR)).all()
     start = model.start()
-    log_q = start["log_Q_top"] - queue_shift(start["log_C3"], np.log(model.top_rates()))
+    log_q = start["log_Q_wait"] - queue_shift(start["log_C3"], np.log(model.queue_rates()))
     np.testing.assert_allclose(
         log_q, groups.reindex(model.rows.drop_duplicates("config")["group"]).to_numpy())
 
