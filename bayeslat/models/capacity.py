@@ -124,7 +124,8 @@ Q_START = 0.5
 Q_FLOOR = 0.01
 # Share of each configuration's top rate at which its queue's wait is sampled (the module's
 # docstring): low enough that a wall near the top rate does not drag it, high enough that the
-# top points still pin it (0.8: fewer steps a draw, a third less ESS for them).
+# top points still pin it (at 0.8 the fit took fewer steps a draw but reached a third less
+# ESS in as many draws).
 QUEUE_AT = 0.9
 # Spread of log Q between the configurations of a group (the example's per-configuration
 # posterior medians: 0.24-0.67 within a group, -4.6 to +2.6 between groups).
