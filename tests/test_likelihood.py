@@ -48,9 +48,12 @@ def test_the_fused_model_has_the_log_density_and_gradient_of_the_observed_rows(v
                                    atol=1e-9 * np.abs(want_grad).max())
 
 
-def test_the_kernel_follows_the_barrier_past_both_walls():
+@pytest.mark.parametrize("tiny", [1.0, 1e-30])
+def test_the_kernel_follows_the_barrier_past_both_walls(tiny):
     """Rows past the memory-bound wall (``rps·C2 > 1``) and past the compute wall
-    (``rps·C3 > 1``) go through the saturation barrier as the graph's do."""
+    (``rps·C3 > 1``) go through the saturation barrier as the graph's do. With the scales
+    shrunk by ``tiny`` the variances (1e-60) and the Student-t's ``ν + z²`` (1e60) leave the
+    range of the kernel's running products after two rows: it takes their logs as it goes."""
     rng = np.random.default_rng(1)
     n, rows = 5, 60
     idx = rng.integers(0, n, rows)
@@ -59,8 +62,9 @@ def test_the_kernel_follows_the_barrier_past_both_walls():
               "C3": rng.uniform(0.05, 0.15, n), "Q": rng.uniform(0.2, 2.0, n)}
     assert (rps * values["C2"][idx] > 1).any() and (rps * values["C3"][idx] > 1).any()
     data = {"idx": idx, "rps": rps, "y": rng.normal(0.5, 1.0, rows),
-            "se_rel": rng.uniform(0.0, 0.05, rows), "sync": (rng.uniform(size=rows) < 0.2) * 1.0}
-    scalars = {"sigma": 0.03, "sigma_wall": 0.02, "nu": 3.5, "shift": -0.1}
+            "se_rel": tiny * rng.uniform(0.0, 0.05, rows),
+            "sync": (rng.uniform(size=rows) < 0.2) * 1.0}
+    scalars = {"sigma": 0.03 * tiny, "sigma_wall": 0.02 * tiny, "nu": 3.5, "shift": -0.1}
     for wall in (True, False):
         names = ("C1", "C2", "C3", "Q") if wall else ("C1", "C2")
         parts = {name: pt.dvector(name) for name in names}

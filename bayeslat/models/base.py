@@ -278,7 +278,7 @@ class LatencyModel:
     # Whether it predicts only the configurations it was fitted on (no scaling laws).
     per_configuration: ClassVar[bool] = False
     # Whether its rows' likelihood can be the fused kernel (bayeslat.models.likelihood): a mean
-    # from C1, C2 (and C3, Q) as log_mean computes it; sampling fuses the wall's variants.
+    # from C1, C2 (and C3, Q) as log_mean computes it; nutpie's exact fits sample it.
     fuses: ClassVar[bool] = True
     # Feature scales of the scaling laws per coefficient (none for the per-configuration ones).
     scales: dict = {}
