@@ -45,6 +45,9 @@ def sampler_line(idata) -> str:
     cores = f" on {info['cores']} cores" if "cores" in info else ""
     line = (f"sampler: {info['sampler']}, {info['chains']} chains{cores}, {info['tune']} tuning "
             f"steps and {info['draws']} draws each")
+    if "diverged_at" in info:
+        line += (f" (sampled again with smaller steps, target_accept {info['target_accept']}: at "
+                 f"{info['diverged_at']} it met a divergence)")
     if "max_draws" not in info:
         return line
     if info.get("stopped") == "divergences":

@@ -101,6 +101,8 @@ def test_default_chains_are_one_per_core_from_two_to_eight(monkeypatch):
     ({"draws": 2000, "max_draws": 2000}, "the most allowed"),
     ({"draws": 150, "max_draws": 2000, "stopped": "divergences"}, "divergent transitions"),
     ({"draws": 1000}, "1000 draws each"),
+    ({"draws": 1500, "max_draws": 2000, "target_accept": 0.95, "diverged_at": 0.9},
+     "sampled again with smaller steps, target_accept 0.95: at 0.9 it met a divergence"),
 ])
 def test_sampler_line_says_how_many_draws_and_why(info, says):
     import arviz as az
@@ -116,3 +118,37 @@ def test_the_verbs_tune_as_fit_does():
     from bayeslat.cli import options
 
     assert options.TUNE.default == sampling.TUNE
+
+
+def test_sampling_to_the_bar_that_diverges_samples_again_with_smaller_steps(monkeypatch):
+    """A first run that stops at a divergence is sampled again from the start at
+    RETRY_ACCEPT with the same compiled model, and the fit says so; a second divergence is
+    kept (the fit is then not converged)."""
+    from support.sweeps import table
+
+    from bayeslat.models import get
+
+    seen, real = [], sampling._sample_to_bar
+
+    def first_diverges(backend, compiled, settings):
+        seen.append((settings["target_accept"], compiled))
+        trace, draws = real(backend, compiled, settings | {"draws": 30, "tune": 30})
+        if len(seen) == 1:
+            trace.sample_stats["diverging"][0, 5] = True
+        return trace, draws
+
+    monkeypatch.setattr(sampling, "_sample_to_bar", first_diverges)
+    model = get("hierarchical")(table("hierarchical"))
+    idata = sampling.sample(model, seed=1, progressbar=False, log_likelihood=False)
+    assert [a for a, _ in seen] == [sampling.TARGET_ACCEPT, sampling.RETRY_ACCEPT]
+    assert seen[0][1] is seen[1][1]  # compiled once
+    info = json.loads(idata.posterior.attrs["sampler"])
+    assert info["target_accept"] == sampling.RETRY_ACCEPT
+    assert info["diverged_at"] == sampling.TARGET_ACCEPT and info["stopped"] == "bar"
+    assert not idata.sample_stats["diverging"].any()
+    # asked for the smaller steps already: one run, its divergence kept
+    seen.clear()
+    idata = sampling.sample(model, seed=1, progressbar=False, log_likelihood=False,
+                            target_accept=sampling.RETRY_ACCEPT)
+    assert len(seen) == 1 and json.loads(idata.posterior.attrs["sampler"])["stopped"] == (
+        "divergences")
