@@ -71,7 +71,7 @@ def quiet_pymc() -> None:
 # models.sampling.TUNE, written out so that `bayeslat --help` need not import the fitting stack.
 DRAWS = typer.Option(None, "--draws", min=1, show_default=False,
                      help="Draws per chain after tuning (default: until the convergence bar "
-                     "holds, checked as sampling goes, at most 4000; 1000 with --sampler pymc "
+                     "holds, checked as sampling goes, at most 6000; 1000 with --sampler pymc "
                      "or numpyro).")
 TUNE = typer.Option(500, "--tune", min=0, help="Tuning steps per chain.")
 CHAINS = typer.Option(None, "--chains", min=1, show_default=False,
