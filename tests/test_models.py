@@ -129,6 +129,43 @@ def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c3v_nonce
         log_q, groups.reindex(model.rows.drop_duplicates("config")["group"]).to_numpy())
 
 
+def test_memory_slopes_are_one_pair_in_coordinates_with_unit_jacobian(fitted):
+    """The scaling variants sample each group's ``(log c2p, log c2v)`` as one variable whose
+    sampler coordinates are ``(log(c2p + g·m·c2v), log c2p − log(g·m·c2v))``: the map and its
+    inverse agree, its Jacobian determinant is 1 in magnitude (numerically), and the
+    coefficients the rest of the model reads are its two columns."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    from bayeslat.models.hierarchical import memory_pair
+
+    model, _ = fitted
+    post = model.idata.posterior
+    if model.per_configuration:
+        assert "log_c2" not in post
+        return
+    assert post["log_c2"].dims == ("chain", "draw", "group", "memory")
+    np.testing.assert_allclose(np.exp(post["log_c2"].sel(memory="c2p")), post["c2p"], rtol=1e-6)
+    np.testing.assert_allclose(np.exp(post["log_c2"].sel(memory="c2v")), post["c2v"], rtol=1e-6)
+    weight = np.log(model.memory_weights())
+    assert np.isfinite(weight).all() and len(weight) == post.sizes["group"]
+    transform, x = memory_pair(weight), pt.dmatrix("x")
+    forward, backward = (pytensor.function([x], f(x)) for f in (transform.forward,
+                                                                  transform.backward))
+    rng = np.random.default_rng(0)
+    ab = rng.normal(-3.0, 2.0, (len(weight), 2))
+    np.testing.assert_allclose(backward(forward(ab)), ab, rtol=1e-10, atol=1e-10)
+    su, h = forward(ab), 1e-6
+    for j in range(len(weight)):
+        jac = np.empty((2, 2))
+        for i in range(2):
+            step = np.zeros_like(su)
+            step[j, i] = h
+            jac[:, i] = (backward(su + step)[j] - backward(su - step)[j]) / (2 * h)
+        assert abs(abs(np.linalg.det(jac)) - 1.0) < 1e-6, jac
+    assert not pytensor.function([x], transform.log_jac_det(x))(su).any()
+
+
 def test_group_fit_recovers_the_queue_factor_of_a_wall_curve():
     """start.group_fit with the queue's wait: the six coefficients and Q of curves drawn
     from the capacity form itself (1% noise, one outlier the robust loss ignores)."""

@@ -23,6 +23,18 @@ that the data inform least: ``log c = log(x·beta) + tau·z``). New groups and d
 measured) are predicted from the population: ``x·beta`` at their features times a fresh
 deviation ``exp(tau·z)``.
 
+A group's memory slopes ``c2p`` and ``c2v`` (both centred) are one variable ``log_c2`` (dims
+``group``, ``memory``) with the same independent normal priors, which the sampler sees as
+
+.. math::
+    s_j = \log(c_{2p} + g\,m_j\,c_{2v}), \qquad u_j = \log c_{2p} - \log(g\,m_j\,c_{2v}),
+
+``m_j`` the mean of ``1/E`` over the group's measured configurations (:func:`memory_pair`, a map
+with unit Jacobian): the data pin the sum a configuration's ``C2`` is made of, not its split,
+and sampled apart the two ran along a ridge (correlation −0.6 to −0.9 in the example's groups).
+In these coordinates the example's fit takes 206–213 leapfrog steps a draw at ``target_accept``
+0.95 where it took 315–325 (benchmarks/README.md, twenty-seventh session).
+
 A level with fewer units than the ``tau_min_units`` prior (10) has its spread fixed,
 :math:`\tau_q = t`, instead of sampled: the deviations of four workloads of one verifier tell
 nothing firm about their spread, and a sampled ``tau`` then reached 0, where the deviations
@@ -44,6 +56,40 @@ from bayeslat.models.base import LatencyModel, unit_index
 
 UNIT_COLUMNS = ("verifier_params_b", "prefill_tokens", "decode_tokens", "drafter_params_b",
                 "moe_experts_active", "moe_experts_total")
+
+
+# The group coefficients sampled as one pair (:meth:`HierarchicalModel.paired_logs`).
+PAIR = ("c2p", "c2v")
+
+
+def memory_pair(log_weight):
+    """The sampler's coordinates of ``(log c2p, log c2v)`` per group, ``log_weight`` each
+    group's ``log(g·m)`` (:meth:`HierarchicalModel.memory_weights`): ``s = log(c2p + g·m·c2v)``,
+    ``u = log c2p − log(g·m·c2v)``, a map with unit Jacobian."""
+    import pytensor.tensor as pt
+    from pymc.logprob.transforms import Transform
+
+    weight = pt.as_tensor(np.asarray(log_weight, dtype=float))
+
+    class MemoryPair(Transform):
+        r"""``(a, b) = (\log c_{2p}, \log c_{2v})`` ↔ ``(s, u)``:
+        :math:`a = s - \mathrm{softplus}(-u)`, :math:`b = s - \mathrm{softplus}(u) - \log gm`;
+        :math:`|\partial(a, b)/\partial(s, u)| = \sigma(u) + \sigma(-u) = 1`."""
+
+        name = "memory"  # no underscore: PyMC reads the variable's name back up to the last one
+
+        def forward(self, value, *inputs):
+            a, b = value[..., 0], value[..., 1] + weight
+            return pt.stack([pt.logaddexp(a, b), a - b], axis=-1)
+
+        def backward(self, value, *inputs):
+            s, u = value[..., 0], value[..., 1]
+            return pt.stack([s - pt.softplus(-u), s - pt.softplus(u) - weight], axis=-1)
+
+        def log_jac_det(self, value, *inputs):
+            return pt.zeros_like(value)
+
+    return MemoryPair()
 
 
 def _dim(coef: str) -> str:
@@ -94,22 +140,33 @@ class HierarchicalModel(LatencyModel):
                 "draft": self.units["draft"].index.to_numpy(),
                 **{f"{c}_feature": list(self.scales[c]) for c in self.coef_names}}
 
-    def unit_coefficient(self, coef: str, new_units: pd.DataFrame):
-        """The coefficient of every known unit, then of each new unit (population + fresh
-        deviation), as one vector to gather from."""
+    def population(self, coef: str):
+        """``coef``'s scaling law: its ``beta`` (sampled), its spread ``tau`` (sampled, or
+        fixed where its level has few units) and the log law ``log(x·beta)`` of every known
+        unit."""
         import pymc as pm
         import pytensor.tensor as pt
 
-        dim, priors = _dim(coef), self.config
+        priors = self.config
         beta = pm.HalfNormal(f"beta_{coef}", sigma=priors.prior("beta_scale")[coef],
                              dims=f"{coef}_feature")
         tau = self.fixed_tau(coef)
         if tau is None:
             tau = pm.Gamma(f"tau_{coef}", alpha=2.0, beta=2.0 / priors.prior("tau_mean"))
-        log_mu = pt.log(pt.dot(self.x[coef], beta))
-        if coef not in priors.noncentered:
+        return beta, tau, pt.log(pt.dot(self.x[coef], beta))
+
+    def unit_coefficient(self, coef: str, new_units: pd.DataFrame, population, log_c=None):
+        """The coefficient of every known unit, then of each new unit (population + fresh
+        deviation), as one vector to gather from; ``log_c`` the known units' log values where
+        they were sampled with another coefficient's (:meth:`paired_logs`)."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        dim = _dim(coef)
+        beta, tau, log_mu = population
+        if log_c is None and coef not in self.config.noncentered:
             log_c = pm.Normal(f"log_{coef}", mu=log_mu, sigma=tau, dims=dim)
-        else:
+        elif log_c is None:
             z = pm.Normal(f"z_{coef}", 0.0, 1.0, dims=dim)
             log_c = log_mu + tau * z
         value = pm.Deterministic(coef, pt.exp(log_c), dims=dim)
@@ -118,6 +175,39 @@ class HierarchicalModel(LatencyModel):
             z_new = pm.Normal(f"new_z_{coef}", 0.0, 1.0, dims=f"new_{dim}")
             value = pt.concatenate([value, pt.exp(pt.log(pt.dot(x_new, beta)) + tau * z_new)])
         return value
+
+    def paired_logs(self, populations: dict) -> dict:
+        r"""``log c2p`` and ``log c2v`` of every group, sampled together where both are
+        centred: one variable ``log_c2`` (dims ``group``, ``memory``) with their independent
+        normal priors, in the sampler's coordinates of :func:`memory_pair`
+        (``log(c2p + g·m·c2v)``, ``log c2p − log(g·m·c2v)``); {} otherwise."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        if any(c in self.config.noncentered or c not in populations for c in PAIR):
+            return {}
+        (_, tau_p, mu_p), (_, tau_v, mu_v) = (populations[c] for c in PAIR)
+        model = pm.modelcontext(None)
+        if "memory" not in model.coords:
+            model.add_coord("memory", list(PAIR))
+        log_c2 = pm.Normal("log_c2", mu=pt.stack([mu_p, mu_v], axis=-1),
+                           sigma=pt.stack([tau_p * pt.ones_like(mu_p),
+                                           tau_v * pt.ones_like(mu_v)], axis=-1),
+                           dims=("group", "memory"),
+                           transform=memory_pair(np.log(self.memory_weights())))
+        return {"c2p": log_c2[:, 0], "c2v": log_c2[:, 1]}
+
+    def memory_weights(self) -> np.ndarray:
+        """Per group, ``g·m``: its decode length times the mean of ``1/E`` over its measured
+        configurations (baseline included, ``E = 1``), the weight of ``c2v`` in the memory
+        slope its data pin best (:meth:`paired_logs`)."""
+        cfg = self.rows.drop_duplicates("config")
+        inv = 1.0 / theory.tokens_per_cycle(cfg["alpha0"].to_numpy(float),
+                                            cfg["k"].to_numpy(float))
+        per = pd.DataFrame({"group": cfg["group"].to_numpy(), "inv": inv,
+                            "g": cfg["decode_tokens"].to_numpy(float)}).groupby("group")
+        groups = self.units["group"].index
+        return (per["g"].first() * per["inv"].mean()).reindex(groups).to_numpy()
 
     def fixed_tau(self, coef: str) -> float | None:
         """The spread ``tau`` of ``coef``'s log deviations where it is fixed (``tau_mean``:
@@ -145,7 +235,10 @@ class HierarchicalModel(LatencyModel):
                 model.add_coord(f"new_{kind}", labels.to_numpy())
         index = {"group": pm.Data("group_idx", gidx, dims=dim),
                  "draft": pm.Data("draft_idx", didx, dims=dim)}
-        vectors = {coef: self.unit_coefficient(coef, new_units[_dim(coef)])
+        populations = {coef: self.population(coef) for coef in self.coef_names}
+        paired = self.paired_logs(populations)
+        vectors = {coef: self.unit_coefficient(coef, new_units[_dim(coef)], populations[coef],
+                                               paired.get(coef))
                    for coef in self.coef_names}
         return vectors, index
 
@@ -263,4 +356,6 @@ class HierarchicalModel(LatencyModel):
                 out[f"z_{coef}"] = dev / tau
             else:
                 out[f"log_{coef}"] = np.log(c)
+        if all(f"log_{c}" in out for c in PAIR):  # sampled as one (paired_logs)
+            out["log_c2"] = np.stack([out.pop(f"log_{c}") for c in PAIR], axis=-1)
         return out
