@@ -222,8 +222,14 @@ def held_out(model, table: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 def _predictive_points(model, parts: xr.Dataset, latency: xr.DataArray, rows: pd.DataFrame,
                        seed: int) -> pd.DataFrame:
     """Predictive quantiles of each row's measured latency (:func:`_points`): the model's
-    latency moved by the benchmark's protocol offset, with the likelihood's scatter."""
+    latency (a constant-rate benchmark's on its staircase of prefill stalls,
+    :func:`bayeslat.theory.evenly_spaced`, anchored at its configuration's fitted rates) moved
+    by the benchmark's protocol offset, with the likelihood's scatter."""
     post = model.posterior
+    constant = xr.DataArray((rows["strategy"] == "constant").to_numpy(), dims="obs")
+    if constant.any():
+        rps = xr.DataArray(rows["rps"].to_numpy(float), dims="obs")
+        latency = xr.where(constant, model.evenly_spaced(parts, rows, latency, rps), latency)
     latency = latency * np.exp(model.protocol_shift(post, rows))
     se_rel = xr.DataArray(rows["se_rel"].to_numpy(float), dims="obs")
     scale = np.sqrt(model.scatter(post, parts, rows["rps"]) ** 2 + se_rel**2)

@@ -59,6 +59,10 @@ class Fitted:
 
     scatter = LatencyModel.scatter
     protocol_shift = staticmethod(LatencyModel.protocol_shift)
+    # no prefill stall (as for the variants without per-stage coefficients): the smooth curve
+    prefill_stall = LatencyModel.prefill_stall
+    evenly_spaced = LatencyModel.evenly_spaced
+    constant_rates = LatencyModel.constant_rates
     fitted = True
 
     @property
@@ -121,6 +125,31 @@ def test_data_drawn_from_the_predictive_are_covered_at_the_nominal_rates():
     assert out.points.loc[out.points["load_rank"] == 1, "top"].all()
     summary = out.summary()
     assert summary.set_index("figure").loc["points inside the 90% interval", "ok"]
+
+
+def test_constant_rate_points_are_predicted_on_their_staircase():
+    """Where the model knows each group's prefill stall, a constant-rate point's predictive
+    median is the staircase of evenly spaced requests about its curve, anchored at its
+    configuration's rates (theory.evenly_spaced + theory.staircase_offset), not the curve."""
+    table, c1, c2 = _sweep()
+    stall = 0.8 * c2
+
+    class Stalled(Fitted):
+        def prefill_stall(self, rows):
+            per_row = prepare(rows)["config"].map(dict(zip(self.rows["config"], stall,
+                                                            strict=True)))
+            return xr.DataArray(np.broadcast_to(per_row.to_numpy(float), (2, 300, len(rows))),
+                                dims=("chain", "draw", "obs"))
+
+    out = adequacy.check(Stalled(table, {"C1": c1, "C2": c2}, sigma=1e-3), seed=0)
+    rows = prepare(table)
+    rps = table["rps"].to_numpy()
+    smooth = theory.latency(rps, c1, c2)
+    stairs = theory.evenly_spaced(smooth, rps, stall)
+    offset = pd.Series(stairs - smooth).groupby(rows["config"].to_numpy()).transform("mean")
+    expected = stairs - offset.to_numpy()
+    assert np.abs(expected / smooth - 1).max() > 0.03  # the steps show
+    np.testing.assert_allclose(out.points["median"], expected, rtol=0.005)
 
 
 @pytest.mark.parametrize("shift", [0.0, 0.3])

@@ -168,6 +168,8 @@ class _CapacityStub:
     def __init__(self):
         self.rows = pd.DataFrame({"config": ["a k2", "a k6"], "k": [2, 6], "alpha": 0.75,
                                   "method": "eagle3", "drafter": "d", "drafter_params_b": 0.1})
+        # Poisson benchmarks: the smooth curve (no staircase of evenly spaced requests)
+        self.table = self.rows.assign(strategy="poisson", saturated=False)
 
     def predict(self, rows, seed=0):
         values = np.array([self.PARTS[int(k)] for k in rows["k"]])  # obs x part

@@ -214,6 +214,34 @@ def test_each_configuration_is_measured_as_far_as_its_nearest_measured_neighbour
     assert np.isnan(decide.measured_configurations(model, other, [0.6], [0, 2])).all()
 
 
+def test_evenly_spaced_requests_climb_prefill_stalls_poisson_ones_do_not(fits):
+    """A fit of constant-rate benchmarks answers for evenly spaced requests: each latency draw
+    is theory.evenly_spaced of the smooth curve's with its group's c2p (alone at zero load:
+    C1 + c2p/2 for a configuration never measured, whose staircase is not shifted); a fit of
+    Poisson benchmarks answers with the smooth curve."""
+    model = fitting.load(fits["hierarchical"])
+    one = decide.setups(model.table).iloc[[0]]
+    loads = np.linspace(0.0, model.rows["rps"].max(), 6)
+    stairs = decide.from_model(model, one, [0.7], [0, 2], loads)
+    lone = decide.headline(model).set_index("config")["speedup0"]
+    model.table = model.table.assign(strategy=model.table["strategy"].replace("constant",
+                                                                               "poisson"))
+    smooth = decide.from_model(model, one, [0.7], [0, 2], loads)
+    # the zero-load speedup: of lone requests (C1 + c2p/2, shifted), else the C1 ratio
+    assert not np.allclose(lone, decide.headline(model).set_index("config")["speedup0"])
+    _, rows, pred = decide._predict(model, one, [0.7], [0, 2], None, 0)
+    new = int(np.flatnonzero(rows["k"] == 2)[0])  # alpha 0.7: never measured
+    c1 = pred["C1"].isel(obs=new)
+    alone = (c1 + model.prefill_stall(rows).isel(obs=new) / 2).quantile([0.05, 0.5, 0.95])
+    at_zero = {name: ds["latency"].isel(setup=0).sel(alpha=0.7, rps=0.0, k=2)
+               for name, ds in (("stairs", stairs), ("smooth", smooth))}
+    np.testing.assert_allclose(at_zero["stairs"].sel(stat=["q05", "q50", "q95"]), alone,
+                               rtol=1e-9)
+    assert float(at_zero["smooth"].sel(stat="q50")) == pytest.approx(float(c1.median()),
+                                                                     rel=1e-9)
+    assert not np.allclose(stairs["latency"], smooth["latency"], equal_nan=True)
+
+
 @pytest.mark.parametrize("name", ["hierarchical", "moe"])
 def test_each_setup_is_from_model_per_setup_with_one_prediction(fits, name, monkeypatch):
     """each_setup gives what one from_model call per setup on its own grid gives, with one

@@ -315,3 +315,56 @@ class TestCapacity:
         lat_sd = theory.latency(star, c1r * c1d, c2r * c2d, c3r * c3d, q)
         assert lat_sd == pytest.approx(lat_d, rel=1e-6)
         assert theory.speedup(0.5 * star, *args[:4], c3d, q, c3r * c3d, q) > 1
+
+
+class TestEvenlySpaced:
+    """Evenly spaced requests: one prefill stall per request arriving during a request's life,
+    ``L = b + s·n``, ``n = ⌊rps·L⌋``, about the smooth curve through the steps' midpoints."""
+
+    def test_hand_computed_steps(self):
+        # a lone request takes b = 1 s and a prefill stalls it by s = 0.085 s (70B, p1024): the
+        # smooth curve L̄ = b + s(rps·L̄ − 1/2) at rps = 2 is 0.9575/0.83; two arrivals overlap
+        smooth = (1 - 0.0425) / (1 - 2 * 0.085)
+        assert theory.evenly_spaced(smooth, 2.0, 0.085) == pytest.approx(1.17)
+        # alone (rps·L < 1) a request's latency is b, whatever the rate
+        for rps in (0.0, 0.3, 0.8):
+            smooth = (1 - 0.0425) / (1 - rps * 0.085)
+            assert theory.evenly_spaced(smooth, rps, 0.085) == pytest.approx(1.0)
+
+    @settings(max_examples=200, deadline=None)
+    @given(smooth=positive, x=st.floats(0.0, 50.0),
+           share=st.one_of(st.just(0.0), st.floats(1e-3, 0.9)))
+    def test_the_count_is_the_smallest_consistent_with_its_own_latency(self, smooth, x, share):
+        rps = x / smooth
+        stall = share * smooth / max(x, 1.0)  # rps·stall < 1
+        assume(rps * stall < 0.99)
+        got = theory.evenly_spaced(smooth, rps, stall)
+        b = smooth - stall * (rps * smooth - 0.5)
+        n = round((got - b) / stall) if stall > 0 else 0
+        assert got == pytest.approx(b + stall * n, rel=1e-9, abs=1e-12)
+        if stall > 0:
+            assert n == np.floor(rps * got * (1 + 1e-12))  # n requests arrive during it
+            # n − 1 would not be: that latency would see at least n arrivals
+            assert n == 0 or rps * (b + stall * (n - 1)) >= n - 1e-9
+            # within half a stall of the smooth curve, but for the count's own feedback
+            assert abs(got - smooth) <= stall * (0.5 + rps * stall / (1 - rps * stall)) + 1e-9
+
+    def test_no_stall_infinite_latency_and_xarray_dims(self):
+        smooth = xr.DataArray([[1.0, 2.0, np.inf]], dims=("draw", "rps"))
+        stall = xr.DataArray([[0.0, np.nan, 0.1]], dims=("draw", "rps"))
+        got = theory.evenly_spaced(smooth, xr.DataArray([1.0, 1.0, 1.0], dims="rps"), stall)
+        assert got.dims == ("draw", "rps")
+        np.testing.assert_array_equal(got.values, smooth.values)
+
+    def test_the_offset_centres_the_staircase_on_the_measured_points(self):
+        rates = xr.DataArray([[0.5, 1.0, 1.5, 2.0], [0.8, np.nan, np.nan, np.nan],
+                              [np.nan] * 4], dims=("config", "rate"))
+        smooth = theory.latency(rates, 1.0, 0.1)
+        stall = xr.DataArray([0.08, 0.08, 0.08], dims="config")
+        offset = theory.staircase_offset(smooth, rates, stall, "rate")
+        stairs = theory.evenly_spaced(smooth, rates, stall) + offset
+        np.testing.assert_allclose((stairs - smooth).mean("rate", skipna=True)[:2], 0.0,
+                                   atol=1e-12)
+        assert offset[0] != 0 and offset[2] == 0  # never measured: the midpoints
+        assert theory.staircase_offset(smooth, rates, 0.0 * stall, "rate").values.tolist() == [
+            0.0, 0.0, 0.0]

@@ -480,6 +480,41 @@ class LatencyModel:
         """A feasible start: values (constrained space) of the free variables."""
         raise NotImplementedError
 
+    def prefill_stall(self, rows: pd.DataFrame) -> xr.DataArray | None:
+        """Draws of each row's prefill stall (s), for the latency of evenly spaced requests
+        (:func:`bayeslat.theory.evenly_spaced`); None for a variant without per-stage
+        coefficients, whose curves cannot tell a prefill's share of ``C2``."""
+        return None
+
+    def evenly_spaced(self, parts, rows: pd.DataFrame, latency: xr.DataArray, rps):
+        """``latency`` (the smooth curve's, from the predicted ``parts`` of ``rows``, dims
+        ``obs`` and any others) as requests sent evenly spaced at ``rps`` see it: on the
+        staircase of prefill stalls (:func:`bayeslat.theory.evenly_spaced`), anchored at each
+        configuration's fitted constant-rate loads (:meth:`constant_rates`,
+        :func:`bayeslat.theory.staircase_offset`); unchanged for a variant without
+        :meth:`prefill_stall`."""
+        stall = self.prefill_stall(rows)
+        if stall is None:
+            return latency
+        rates = self.constant_rates(rows)
+        at = theory.latency(rates, parts["C1"], parts["C2"], parts.get("C3", 0.0),
+                            parts.get("Q", 0.0))
+        return (theory.evenly_spaced(latency, rps, stall)
+                + theory.staircase_offset(at, rates, stall, "rate"))
+
+    def constant_rates(self, rows: pd.DataFrame) -> xr.DataArray:
+        """The fitted constant-rate loads (req/s) of each row's configuration, dims ``obs``
+        and ``rate`` (NaN-padded; all NaN for a configuration never measured so): where the
+        staircase of evenly spaced requests is anchored
+        (:func:`bayeslat.theory.staircase_offset`)."""
+        fitted = self.rows[self.rows["strategy"] == "constant"]
+        by_config = fitted.groupby("config")["rps"].apply(np.sort)
+        per_row = [by_config.get(label, np.zeros(0)) for label in prepare(rows)["config"]]
+        out = np.full((len(per_row), max([1, *map(len, per_row)])), np.nan)
+        for i, rates in enumerate(per_row):
+            out[i, :len(rates)] = rates
+        return xr.DataArray(out, dims=("obs", "rate"))
+
     def known_parts(self, rows: pd.DataFrame, seed=0) -> dict | None:
         """The parts of ``rows`` computed from the stored posterior without PyMC, where the
         variant can (:meth:`HierarchicalModel.known_parts`; ``seed`` for the fresh deviations

@@ -52,7 +52,7 @@ from bayeslat import scaling, theory
 from bayeslat.data import metadata
 from bayeslat.errors import FitError, InputError
 from bayeslat.models import start as st
-from bayeslat.models.base import LatencyModel, unit_index
+from bayeslat.models.base import LatencyModel, prepare, unit_index
 
 UNIT_COLUMNS = ("verifier_params_b", "prefill_tokens", "decode_tokens", "drafter_params_b",
                 "moe_experts_active", "moe_experts_total")
@@ -262,6 +262,15 @@ class HierarchicalModel(LatencyModel):
         own). ``seed`` is unused: nothing is drawn."""
         index = self.fitted_units(rows) if self.parts == ("C1", "C2") else None
         return None if index is None else self.parts_of(self.posterior, rows, *index)
+
+    def prefill_stall(self, rows: pd.DataFrame) -> xr.DataArray:
+        """Posterior draws of the prefill stall ``c2p`` (s: what one request's prefill adds to
+        the requests running beside it) of each row's group (dims ``chain, draw, obs``), for
+        :func:`bayeslat.theory.evenly_spaced`; NaN for a group the fit never saw."""
+        gidx = self.units["group"].index.get_indexer(prepare(rows)["group"])
+        at = xr.DataArray(np.maximum(gidx, 0), dims="obs")
+        stall = self.posterior["c2p"].isel(group=at).drop_vars("group", errors="ignore")
+        return stall.where(xr.DataArray(gidx >= 0, dims="obs")).transpose("chain", "draw", "obs")
 
     def fitted_units(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
         """Each row's position among the fitted groups and drafters (:meth:`parts_of`), or
