@@ -242,6 +242,15 @@ def test_evenly_spaced_requests_climb_prefill_stalls_poisson_ones_do_not(fits):
     assert not np.allclose(stairs["latency"], smooth["latency"], equal_nan=True)
 
 
+def test_the_predictive_check_of_an_moe_fit_keeps_its_fixed_point(fits):
+    """An MoE verifier's latency is the coverage fixed point: no staircase, its check runs."""
+    from bayeslat import adequacy
+
+    model = fitting.load(fits["moe"])
+    assert model.prefill_stall(model.rows) is None
+    assert adequacy.check(model).figures["points"] == len(model.rows)
+
+
 @pytest.mark.parametrize("name", ["hierarchical", "moe"])
 def test_each_setup_is_from_model_per_setup_with_one_prediction(fits, name, monkeypatch):
     """each_setup gives what one from_model call per setup on its own grid gives, with one

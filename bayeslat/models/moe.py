@@ -33,6 +33,12 @@ class MoEModel(HierarchicalModel):
     variant = "moe"
     parts = ("C1u", "C1s", "C2u", "C2s")
 
+    def prefill_stall(self, rows) -> None:
+        """None: an MoE verifier's latency is the coverage fixed point, not the smooth curve
+        the staircase of evenly spaced requests is built about
+        (:meth:`~bayeslat.models.base.LatencyModel.evenly_spaced` leaves it as it is)."""
+        return None
+
     def setup(self, scales):
         if (self.rows["moe_experts_total"] <= 0).any():
             raise FitError("the moe model needs every row to be an MoE verifier "
