@@ -11,6 +11,8 @@ scatter,
 
 with ``sigma`` and ``nu`` of the same draw, ``delta_i`` the synchronous benchmarks' offset
 (:meth:`~bayeslat.models.base.LatencyModel.protocol_shift`) and ``t_nu`` drawn with a seed.
+A constant-rate benchmark's model latency is on the staircase of evenly spaced requests, as
+:mod:`bayeslat.decide` predicts them (:meth:`~bayeslat.models.base.LatencyModel.evenly_spaced`).
 From it:
 
 - the share of points inside their 50% and 90% central predictive intervals (about 0.5 and 0.9
