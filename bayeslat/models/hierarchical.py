@@ -267,7 +267,7 @@ class HierarchicalModel(LatencyModel):
         """Posterior draws of the prefill stall ``c2p`` (s: what one request's prefill adds to
         the requests running beside it) of each row's group (dims ``chain, draw, obs``), for
         :func:`bayeslat.theory.evenly_spaced`; NaN for a group the fit never saw."""
-        gidx = self.units["group"].index.get_indexer(prepare(rows)["group"])
+        gidx, _ = self.positions(prepare(rows))
         at = xr.DataArray(np.maximum(gidx, 0), dims="obs")
         stall = self.posterior["c2p"].isel(group=at).drop_vars("group", errors="ignore")
         return stall.where(xr.DataArray(gidx >= 0, dims="obs")).transpose("chain", "draw", "obs")
