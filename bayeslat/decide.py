@@ -614,6 +614,14 @@ def arrivals(table: pd.DataFrame) -> str:
     return "mixed" if len(rated) > 1 else rated.pop() if rated else "none"
 
 
+def on_staircase(model) -> bool:
+    """Whether the latencies of a fit climb the staircase of evenly spaced requests
+    (:meth:`~bayeslat.models.base.LatencyModel.evenly_spaced`): its curves rest on
+    constant-rate benchmarks (:func:`arrivals`) and its variant knows a prefill's stall."""
+    return (arrivals(model.table) == "constant"
+            and model.prefill_stall(model.rows.head(1)) is not None)
+
+
 def arrivals_note(kind: str) -> str:
     """One sentence on what a load means for a fit whose curves rest on ``kind`` arrivals
     (:func:`arrivals`)."""
@@ -921,7 +929,7 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
     # likelihood's scale without the measurement error): the bands cover it, not the curve
     discrepancy = stack_draws(model.discrepancy(parts, loads, [seed, 2], shared=["rps"]))
     staircase = None
-    if not moe and arrivals(model.table) == "constant":
+    if on_staircase(model):
         # evenly spaced requests: the latency climbs one prefill stall per request arriving
         # during it, a staircase about the curve, anchored where it was measured
         curves = pred.drop_vars(["config", "rps"])
@@ -983,7 +991,7 @@ def headline(model, seed: int = 0) -> pd.DataFrame:
     (c1_sd, c1_d), (c2_sd, c2_d) = (split(v) for v in full_coefficients(pred))
     (c3_sd, c3_d), (q_sd, q_d) = (split(v) for v in capacity_terms(pred))
     speed0 = 1.0 / theory.ratios(c1_d, c2_d, c1_sd, c2_sd)[0]
-    if "C1" in model.parts and arrivals(model.table) == "constant":
+    if on_staircase(model):
         # a lone request's latency: the staircase of evenly spaced requests at zero load
         lone_sd, lone_d = split(model.evenly_spaced(pred, pd.concat([sd, base]), pred["C1"],
                                                     0.0))

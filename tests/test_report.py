@@ -394,6 +394,22 @@ def test_latency_figure_shows_no_sd_and_the_chosen_k_in_its_colour_with_the_ceil
                                   if label.startswith(f"k={k} ")), page.K_COLORS[k])
 
 
+def test_speedup_section_explains_the_steps_of_evenly_spaced_requests(tiny_fit):
+    """A fit of constant-rate benchmarks (the tiny fit's) draws its curves on the staircase
+    of evenly spaced requests, and the speedup section says why they climb in steps; a fit of
+    Poisson benchmarks has no steps and no such paragraph."""
+    from bayeslat import decide, fitting
+    from bayeslat.report import speedup
+
+    data = inputs.Inputs({"fit.nc": fitting.load(tiny_fit["fit"])})
+    assert decide.on_staircase(data.model)
+    assert "climb in steps" in speedup.section(data).html()
+    table = data.model.table
+    data.model.table = table.assign(strategy=table["strategy"].replace("constant", "poisson"))
+    assert not decide.on_staircase(data.model)
+    assert "climb in steps" not in speedup.section(data).html()
+
+
 def test_decision_grids_end_at_the_measured_ceiling(tiny_fit):
     from bayeslat import fitting
 

@@ -31,6 +31,15 @@ def section(inputs) -> page.Section:
         "is below its baseline's): a bar across its median line marks the highest load "
         "measured with it (or, for an acceptance rate between measured ones, the nearest "
         "measured configurations')."))
+    if decide.on_staircase(inputs.model):
+        out.add(page.text(
+            "The curves climb in steps: the sweep sent its requests evenly spaced (GuideLLM's "
+            "constant profile), so each request sees a whole number of others arrive during "
+            "its life, and each arrival stalls it by one prefill. The latency is flat between "
+            "steps and jumps by a prefill at each, and the speedup zigzags where the "
+            "baseline's steps and SD's fall at different loads; the steps are tallest for "
+            "long prompts on large verifiers. Random (Poisson) arrivals see the smooth "
+            "curve instead."))
     out.add(inputs.skipped_note())
     if not inputs.decisions:
         return out
