@@ -58,12 +58,16 @@ FEATURES = {
     "prefill_compute": lambda u: (u["verifier_params_b"] * u["prefill_tokens"]).to_numpy(float),
 }
 
-# The paper's findings (DESIGN.md §3); every coefficient also has an intercept.
+# The paper's findings (DESIGN.md §3); every coefficient also has an intercept. A prefill's
+# stall c2p grows with the prefill's arithmetic, model size times prompt length, not with
+# either alone: as a sum of the two the law missed the example's twelve groups by factors up to
+# e^4 (tau_c2p 1.6), and a workload left out was predicted with 116% error, 59% of its points
+# inside their 90% bands; with the product, 28% and 79% (benchmarks/README.md).
 DEFAULT_DESIGN: dict[str, tuple[str, ...]] = {
     "c1p": ("verifier_params_b",),
     "c1v": ("verifier_params_b",),
     "c1d": ("drafter_params_b",),
-    "c2p": ("verifier_params_b", "prefill_tokens"),
+    "c2p": ("verifier_params_b", "prefill_compute"),
     "c2v": ("verifier_params_b", "kv_tokens"),
     "c2d": ("drafter_params_b",),
     # compute per token grows with the verifier's size; a prefill's with size × prompt length

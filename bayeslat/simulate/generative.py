@@ -40,7 +40,8 @@ DEFAULT_BETAS: dict[str, dict[str, float]] = {
     "c1p": {"intercept": 0.01, "verifier_params_b": 0.005},
     "c1v": {"intercept": 0.002, "verifier_params_b": 0.0012},
     "c1d": {"intercept": 0.0005, "drafter_params_b": 0.007},
-    "c2p": {"intercept": 0.0005, "verifier_params_b": 0.0002, "prefill_tokens": 1.5e-5},
+    # a prefill's arithmetic, size times prompt length (s per B·token): an 8B's 512 tokens 8 ms
+    "c2p": {"intercept": 0.0005, "verifier_params_b": 0.0002, "prefill_compute": 1.9e-6},
     "c2v": {"intercept": 2e-5, "verifier_params_b": 1e-5, "kv_tokens": 1e-6},
     "c2d": {"intercept": 5e-5, "drafter_params_b": 0.0011},
 }
