@@ -201,7 +201,7 @@ class HierarchicalModel(LatencyModel):
         """``coef``'s scaling law: its ``beta`` (sampled), its spread ``tau`` (sampled, or
         fixed where its level has few units), the log law of every known unit,
         ``log(x·beta)`` plus its server's deviation where the coefficient has one
-        (:meth:`leveled`), and those deviations (dim ``server``; None without)."""
+        (:meth:`leveled`), and those deviations, one per server (None without)."""
         import pymc as pm
         import pytensor.tensor as pt
 
