@@ -237,8 +237,8 @@ class Fit:
                                          jobs=jobs, **options)
         warnings = [] if diag.converged else [fitting.unconverged_warning(diag)]
         info = pd.concat([_setup_info(ds) for ds in datasets], ignore_index=True)
-        warnings += [f"{row.setup} was never measured: every load is a prediction of the "
-                     "scaling laws (extrapolated)" for row in info.itertuples() if row.new_setup]
+        new = chosen[chosen["setup"].isin(info.loc[info["new_setup"], "setup"])]
+        warnings += [_new_setup_warning(self.model.table, row) for row in new.itertuples()]
         warnings += fitting.misfit_warnings(self.model, chosen)
         arrivals = decide.arrivals(self.model.table)
         if arrivals == "mixed":
@@ -364,6 +364,23 @@ class Decisions:
                              + ", ".join(f"{a:g}" for a in decided), field="alpha")
         return decide.vllm_config(ds, row["setup"], float(decided[at][0]), row["method"],
                                   row["drafter"], policy, max_batch)
+
+
+def _new_setup_warning(table: pd.DataFrame, setup) -> str:
+    """What a decision for a setup never measured rests on: the scaling laws at every load
+    and, where its verifier's size lies outside the sizes measured, their extrapolation in
+    size, which the held-out check showed wrong beyond its bands."""
+    text = (f"{setup.setup} was never measured: every load is a prediction of the scaling "
+            "laws (extrapolated)")
+    sizes = table["verifier_params_b"].dropna()
+    size = setup.verifier_params_b
+    if len(sizes) and not sizes.min() <= size <= sizes.max():
+        text += (f"; its verifier's size, {size:g}B parameters, lies outside the sizes "
+                 f"measured ({sizes.min():g}–{sizes.max():g}B): the laws extrapolate in size, "
+                 "and on the shipped example a verifier at either end of its size range, "
+                 "held out, came out 2.6 times too slow, outside its 90% band (`bayeslat "
+                 "validate --split verifier` checks your sweep); measure it before deciding")
+    return text
 
 
 def _setup_info(ds: xr.Dataset) -> pd.DataFrame:

@@ -90,6 +90,12 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # with fewer it is fixed at tau_mean: four workloads of one verifier cannot estimate a
     # spread, and its posterior reached 0 and funnelled (benchmarks/few_groups.py).
     "tau_min_units": 10,
+    # Sd of the log deviation of a server (a verifier on its hardware) from the scaling laws,
+    # shared by its groups (hierarchical.MIN_SERVERS): a law linear in the verifier's size
+    # does not know the bytes a token reads or the bandwidth that reads them, and on the
+    # example it misses the 1B and 8B on an H100 and the 70B in fp8 on an H200 by factors of
+    # 0.8, 1.55 and 0.74 in every one of their workloads (benchmarks/README.md).
+    "server_spread": 0.5,
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
     # Least spread of the capacity variants' walls around their group's compute time, in log

@@ -13,7 +13,8 @@ from pymc.testing import mock_sample
 from support.sweeps import table
 
 import bayeslat
-from bayeslat import fitting, theory
+from bayeslat import fitting, scaling, theory
+from bayeslat.data import schema
 from bayeslat.errors import FitError, InputError, NumericalError
 from bayeslat.models import VARIANTS, get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
@@ -440,6 +441,59 @@ def test_predicts_configurations_never_measured(mocked, variant):
     assert (pred["C1"] > 0).all() and np.isfinite(pred["C1"]).all()
     # the same new group at two loads shares its drawn coefficients
     np.testing.assert_array_equal(pred["C2"].isel(obs=0), pred["C2"].isel(obs=1))
+
+
+def test_group_coefficients_deviate_per_server_then_per_group():
+    """Three servers of three sizes: every group coefficient has one server contrast the law
+    of an intercept and the size cannot make (orthonormal, orthogonal to both), the drafter's
+    none. Two servers: no contrast is sampled, but a new server's groups draw a fresh
+    deviation (dim ``new_server``) and a new workload of a measured server none. One server:
+    no server level."""
+    from bayeslat.simulate.generative import SamplerSpec, sample_sweep
+
+    three, _ = sample_sweep(SamplerSpec(
+        verifiers=(("llama-1b", 1.2), ("llama-8b", 8.0), ("llama-70b", 70.0)),
+        prefill_tokens=(128.0, 512.0), decode_tokens=(64.0,), alphas=(0.6,), ks=(2,),
+        n_rates=4), seed=2)
+    model = get("capacity")(three)
+    assert list(model.servers) == ["llama-1b H100", "llama-8b H100", "llama-70b H100"]
+    basis = model.contrasts
+    law = np.column_stack([np.ones(3), [1.2, 8.0, 70.0]])
+    assert basis.shape == (3, 1)
+    np.testing.assert_allclose(basis.T @ basis, np.eye(1), atol=1e-12)
+    np.testing.assert_allclose(basis.T @ law, 0.0, atol=1e-9)
+    built = model.build()
+    per_server = {v.name for v in built.free_RVs if v.name.startswith("u_")}
+    assert per_server == {f"u_{c}" for c in ("c1p", "c1v", "c2p", "c2v", "c3p", "c3v")}
+    assert all(built.named_vars_to_dims[n] == ("server_contrast",) for n in per_server)
+    assert np.isfinite(model.check_start(built))
+    # the per-token decode cost non-centred in the paper's variant where its spread is sampled
+    # too (centred, it funnelled), centred where the spread is fixed (six groups) and in the
+    # capacity variant; with no contrast sampled, centred in both
+    sampled = ScalingConfig(priors=scaling.DEFAULT_PRIORS | {"tau_min_units": 6})
+    paper = get("hierarchical")(three, sampled)
+    assert {"z_c1v", "u_c1v", "tau_c1v"} <= {v.name for v in paper.build().free_RVs}
+    assert "z_c1v" in paper.start() and "log_c1v" not in paper.start()
+    assert get("hierarchical")(three).centred("c1v")
+    assert get("capacity")(three, sampled).centred("c1v")
+
+    two = get("capacity")(table("capacity"))
+    assert list(two.servers) == ["llama-8b H100", "llama-70b H100"]
+    assert two.contrasts.shape == (2, 0)
+    assert not any(v.name.startswith("u_") for v in two.build().free_RVs)
+    one = two.table.iloc[[10]].copy()
+    known = one.assign(prefill_tokens=2048.0)  # a workload the 8B was never measured at
+    fresh = one.assign(verifier="llama-13b", verifier_params_b=13.0)
+    assert schema.server_labels(fresh).iloc[0] not in two.servers
+    for new, drawn in ((known, False), (fresh, True)):
+        names = {v.name for v in two.build(prepare(new)).free_RVs}
+        assert {n for n in names if n.startswith("new_u_")} == (
+            {f"new_u_{c}" for c in ("c1p", "c1v", "c2p", "c2v", "c3p", "c3v")} if drawn
+            else set())
+    assert get("hierarchical")(two.table).centred("c1v")
+    alone = get("hierarchical")(three[three["verifier"] == "llama-8b"])
+    assert alone.servers is None
+    assert not any(v.name.startswith("u_") for v in alone.build().free_RVs)
 
 
 def test_dense_refuses_new_configurations(mocked):

@@ -454,3 +454,36 @@ def test_the_sbc_check_prints_and_pages_each_quantity_s_uniformity(sweep, tmp_pa
 def test_the_sbc_check_refuses_a_variant_it_cannot_calibrate(table):
     with pytest.raises(InputError, match="sbc check"):
         validate.run(table, "dense", ["sbc"])
+
+
+def test_a_split_the_point_methods_cannot_answer_keeps_its_labels_at_120_columns():
+    """Whole verifiers held out (the example's figures): the paper's point methods answer
+    none of the points, so their columns go and the caption says why; a fold's label stays
+    visible at the 120 columns of a piped terminal, with its points past capacity and an R²
+    far below zero written short."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from bayeslat.cli.validate import _split_table
+
+    nan = float("nan")
+    fold = {"split": "verifier", "points": 520, "point_mape": nan, "point_answered": 0,
+            "point_saturated": 0, "coef_mape": nan, "coef_answered": 0, "coef_saturated": 0,
+            "k_agree": 0.62, "k_regret_mean": 0.012, "rps_star_pairs": 0,
+            "rps_star_within": nan, "converged": True, "seconds": 16.0}
+    folds = pd.DataFrame([
+        fold | {"held_out": "llama-1b", "mape": 30.3, "r2": -290147.3, "inside_50": 0.0,
+                "inside_90": 0.03, "saturated": 53},
+        fold | {"held_out": "llama-70b-fp8", "mape": 1.55, "r2": -10.94, "inside_50": 0.01,
+                "inside_90": 0.34, "saturated": 0}])
+    splits = pd.DataFrame([fold | {"mape": 10.1, "r2": -2450.4, "inside_50": 0.05,
+                                   "inside_90": 0.45, "saturated": 53}])
+    result = SimpleNamespace(variant="hierarchical", folds=folds, splits=splits)
+    console = Console(width=120, record=True)
+    console.print(_split_table(result, "verifier"))
+    text = console.export_text()
+    assert "llama-70b-fp8" in text and "all folds" in text
+    assert "3030.0% (53 sat.)" in text and "< -99" in text and "-10.940" in text
+    assert "6 coef." not in text and "cannot predict any of these points" in text
+    assert max(len(line) for line in text.splitlines()) <= 120

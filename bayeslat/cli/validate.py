@@ -176,14 +176,23 @@ def _split_table(result, name: str) -> Table:
     from bayeslat.validate import COVERAGE_90
 
     lo, hi = COVERAGE_90
+    folds = result.folds[result.folds["split"] == name]
+    # the paper's point methods cannot predict what they never saw (a whole workload or
+    # verifier): columns of dashes only, so say it once instead (and keep the table narrow)
+    points = bool(folds[["point_answered", "coef_answered"]].to_numpy().any()
+                  ) if "point_answered" in folds else True
+    methods = ("curve, 6 coef.: the MAPE of the paper's point methods where they predict a "
+               "finite latency, curve_fit of C1 and C2 per configuration and the six "
+               "coefficients per group (–: configurations, or groups, they never saw)"
+               if points else "the paper's point methods (curve_fit per configuration or "
+               "group) cannot predict any of these points: they never saw the "
+               "configurations")
     table = Table(title=f"Held out: {name} ({result.variant})", title_justify="left",
-                  caption=f"MAPE, R²: of the predictive median; in 50%, in 90%: measured points "
+                  caption=f"MAPE, R²: of the predictive median (sat.: points it puts past the "
+                  f"model's capacity, left out of both); in 50%, in 90%: measured points "
                   f"inside the predictive interval (calibrated: about 0.50 and 0.90; yellow "
-                  f"outside {lo}–{hi} or a refit that did not converge, marked *); curve, "
-                  "6 coef.: the MAPE of the paper's point methods where they predict a finite "
-                  "latency, curve_fit of C1 and C2 per "
-                  "configuration and the six coefficients per group (–: configurations, or "
-                  "groups, they never saw); k*, RPS*: the held-out setups' decisions "
+                  f"outside {lo}–{hi} or a refit that did not converge, marked *); "
+                  f"{methods}; k*, RPS*: the held-out setups' decisions "
                   "against the whole sweep's fit (share of (setup, alpha, load) cells with "
                   "the same risk-aware k*, and in brackets the mean regret of the fold's k*, "
                   "its expected latency by the whole sweep's fit over that of the whole "
@@ -192,10 +201,9 @@ def _split_table(result, name: str) -> Table:
                   "medians within 10%, of the pairs where both exist); fit s: the refit's "
                   "seconds", caption_justify="left")
     table.add_column("held out", justify="left", min_width=16)
-    for header in ("points", "MAPE", "R²", "in 50%", "in 90%", "curve", "6 coef.", "k*",
-                   "RPS*", "fit s"):
+    for header in ("points", "MAPE", "R²", "in 50%", "in 90%",
+                   *(("curve", "6 coef.") if points else ()), "k*", "RPS*", "fit s"):
         table.add_column(header, justify="right", no_wrap=True)
-    folds = result.folds[result.folds["split"] == name]
     overall = result.splits.set_index("split").loc[name]
     rows = [(r.held_out + ("" if r.converged else " *"), r, r.converged, f"{r.seconds:.0f}")
             for r in folds.itertuples()]
@@ -203,17 +211,19 @@ def _split_table(result, name: str) -> Table:
         rows.append(("all folds", overall, True, ""))
     for label, r, converged, seconds in rows:
         off = not lo <= r.inside_90 <= hi or not converged
-        mape = number(r.mape, "{:.1%}") + (f" ({int(r.saturated)} saturated)"
+        mape = number(r.mape, "{:.1%}") + (f" ({int(r.saturated)} sat.)"
                                             if r.saturated else "")
+        r2 = "< -99" if r.r2 < -99 else number(r.r2, "{:.3f}")  # beyond: as bad as any
         k_star = number(getattr(r, "k_agree", float("nan")))  # absent without decisions
         if (regret := getattr(r, "k_regret_mean", float("nan"))) == regret:
             k_star += f" ({regret:.1%})".replace("-0.0%", "0.0%")
         rps_star = number(getattr(r, "rps_star_within", float("nan")))
         if pairs := getattr(r, "rps_star_pairs", 0):
             rps_star += f" of {int(pairs)}"
-        table.add_row(label, str(int(r.points)), mape,
-                      number(r.r2, "{:.3f}"), number(r.inside_50), number(r.inside_90),
-                      _point(r, "point"), _point(r, "coef"), k_star, rps_star, seconds,
+        table.add_row(label, str(int(r.points)), mape, r2, number(r.inside_50),
+                      number(r.inside_90),
+                      *((_point(r, "point"), _point(r, "coef")) if points else ()),
+                      k_star, rps_star, seconds,
                       style="yellow" if off else None)
     return table
 

@@ -194,10 +194,15 @@ def validate(df: pd.DataFrame, path: str | os.PathLike | None = None) -> pd.Data
     return out[list(COLUMN_NAMES) + extra].reset_index(drop=True)
 
 
+def server_labels(df: pd.DataFrame) -> pd.Series:
+    """``verifier HW`` of each row: the server, a verifier on its hardware (``llama-8b
+    H100``), whose deviation from the scaling laws its groups share."""
+    return df["verifier"] + " " + df["hardware"]
+
+
 def group_labels(df: pd.DataFrame) -> pd.Series:
     """A readable, unique label per group, ``verifier HW pP gG``: ``llama-8b H100 p512 g256``."""
-    return (df["verifier"] + " " + df["hardware"]
-            + " p" + df["prefill_tokens"].map("{:g}".format)
+    return (server_labels(df) + " p" + df["prefill_tokens"].map("{:g}".format)
             + " g" + df["decode_tokens"].map("{:g}".format))
 
 

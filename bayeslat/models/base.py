@@ -57,7 +57,9 @@ from bayeslat.files import atomic_output
 from bayeslat.scaling import ScalingConfig
 from bayeslat.version import __version__
 
-FORMAT = 5
+# Version of the fit file: 6 since the hierarchical variants' server deviations (u_<coef>),
+# without which an older fit of several servers would predict new groups from their prior.
+FORMAT = 6
 # Headroom (1 − rps·C2) around which the barrier takes over from the exact formula.
 BARRIER_WIDTH = 0.002
 # The group of a saved fit that holds its PSIS-LOO (psis_loo).

@@ -16,10 +16,32 @@ drafter step plus verifying that token.
 
 with ``x`` the unit's standardised features (:mod:`bayeslat.scaling`: which features each
 coefficient scales with, and the prior scales ``b_q`` in physical units, are configuration), and
-the likelihood of :mod:`bayeslat.models.base`. The deviations are centred
+the likelihood of :mod:`bayeslat.models.base`. Where the sweep has two servers or more (a
+*server*: a verifier on its hardware, :data:`MIN_SERVERS`), a group coefficient's deviation
+is its server's plus its own,
+
+.. math::
+    c_{qj} = (x_{qj} \cdot \beta_q)\, e^{u_{q s(j)} + \tau_q z_{qj}}, \qquad
+    u_{q\cdot} = B\, w_q, \quad w_q \sim N(0, \tau_S), \quad
+    \tau_S = 0.5 \text{ (the ``server_spread`` prior)}:
+
+a law in the verifier's size does not know the bytes a token reads or the bandwidth that
+reads them, so it misses each server by a factor that all of the server's workloads share (the
+example's per-token decode cost ``c1v``: 0.80, 1.55 and 0.74 times its law for a 1B and an 8B
+on an H100 and a 70B in fp8 on an H200, the same to 1% in each of their four workloads). ``B``
+is an orthonormal basis of the server deviations a law of an intercept and the size cannot
+make (:func:`_contrasts`; dim ``server_contrast``: one for three servers of three sizes, none
+for two): deviations along the law would trade with its betas, a ridge only the priors bound
+(free deviations took 634 leapfrog steps a draw on the example and did not converge; with
+the contrasts 189, converged). A new workload of a measured server inherits its server's
+deviation; a server never measured gets a fresh one, ``N(0, τ_S)`` (dim ``new_server``), and
+its bands the spread between servers. The deviations are centred
 (``log c ~ Normal(log(x·beta), tau)``, which mixes well with many points per group) except
 for the coefficients in ``config.noncentered`` (default ``c1p``, a small share of the latency
-that the data inform least: ``log c = log(x·beta) + tau·z``). New groups and drafters (never
+that the data inform least: ``log c = log(x·beta) + tau·z``) and, in this variant, ``c1v``
+where its server contrasts and its spread are sampled
+(:attr:`HierarchicalModel.contrast_noncentered`: the servers leave its groups a spread of
+2.6%, and centred it funnelled). New groups and drafters (never
 measured) are predicted from the population: ``x·beta`` at their features times a fresh
 deviation ``exp(tau·z)``.
 
@@ -49,7 +71,7 @@ import pandas as pd
 import xarray as xr
 
 from bayeslat import scaling, theory
-from bayeslat.data import metadata
+from bayeslat.data import metadata, schema
 from bayeslat.errors import FitError, InputError
 from bayeslat.models import start as st
 from bayeslat.models.base import LatencyModel, prepare, unit_index
@@ -60,6 +82,22 @@ UNIT_COLUMNS = ("verifier_params_b", "prefill_tokens", "decode_tokens", "drafter
 
 # The group coefficients sampled as one pair (:meth:`HierarchicalModel.paired_logs`).
 PAIR = ("c2p", "c2v")
+# The fewest servers (a verifier on its hardware) with a level of their own between the laws
+# and the groups. With one, its deviation is the laws' scale itself; with two, a law of an
+# intercept and the size passes through both (no contrast is sampled), but a server never
+# measured is still predicted with the spread between servers.
+MIN_SERVERS = 2
+
+
+def _contrasts(sizes: np.ndarray) -> np.ndarray:
+    """An orthonormal basis (servers × contrasts) of the server deviations a law of an
+    intercept and the verifier's size cannot make: a deviation along either would trade with
+    the law's betas, a ridge bounded only by the priors (634 leapfrog steps a draw on the
+    example). Three servers of three sizes leave one contrast, two none."""
+    law = np.column_stack([np.ones_like(sizes), sizes])
+    u, sv, _ = np.linalg.svd(law, full_matrices=True)
+    rank = int((sv > 1e-9 * sv.max()).sum())
+    return u[:, rank:]
 
 
 def memory_pair(log_weight):
@@ -102,6 +140,14 @@ class HierarchicalModel(LatencyModel):
     variant = "hierarchical"
     # the coefficients this variant samples (the capacity variant adds the compute wall's)
     coef_names: tuple[str, ...] = scaling.COEFS
+    # Sampled non-centred where their server contrasts and their spread are sampled
+    # (:meth:`centred`): the server takes up the deviation its groups share, the spread left
+    # is small (the example's c1v: 2.6%), and centred the spread funnelled (R-hat 1.10, bulk
+    # ESS 39; non-centred 950 draws). With the spread fixed (fewer groups than tau_min_units)
+    # there is no funnel, and non-centred the data-pinned deviations mixed slowly (the
+    # example's workload folds: 155–237 s a fit, one not converged). The capacity variant
+    # mixes faster centred (1,500 draws at 189 steps against 1,875 at 251): empty there.
+    contrast_noncentered: tuple[str, ...] = ("c1v",)
 
     def features(self, coef: str) -> tuple[str, ...]:
         """The features ``coef`` scales with (intercept first)."""
@@ -125,6 +171,14 @@ class HierarchicalModel(LatencyModel):
             "draft": rows[rows["k"] > 0].drop_duplicates("draft").set_index("draft")[
                 list(UNIT_COLUMNS)],
         }
+        first = rows.drop_duplicates("group")
+        servers = schema.server_labels(first)
+        self.servers = (pd.Index(pd.unique(servers)) if servers.nunique() >= MIN_SERVERS
+                        else None)
+        self.server_idx = None if self.servers is None else self.servers.get_indexer(servers)
+        self.contrasts = None if self.servers is None else _contrasts(
+            first.groupby(servers.to_numpy(), sort=False)["verifier_params_b"].first()
+            .reindex(self.servers).to_numpy(float))
         self.scales, self.x = {}, {}
         for coef in self.coef_names:
             units = self.units[_dim(coef)]
@@ -136,14 +190,36 @@ class HierarchicalModel(LatencyModel):
         return self.scales
 
     def coords(self):
+        # the contrasts' dim where there are any (the fit's coords are those its variables use)
+        servers = ({"server_contrast": np.arange(self.contrasts.shape[1])}
+                   if self.servers is not None and self.contrasts.shape[1] else {})
         return {"group": self.units["group"].index.to_numpy(),
-                "draft": self.units["draft"].index.to_numpy(),
+                "draft": self.units["draft"].index.to_numpy(), **servers,
                 **{f"{c}_feature": list(self.scales[c]) for c in self.coef_names}}
+
+    def leveled(self, coef: str) -> bool:
+        """Whether ``coef`` has a deviation per server (:data:`MIN_SERVERS`): the group
+        coefficients of a sweep of enough servers."""
+        return self.servers is not None and _dim(coef) == "group"
+
+    def contrasted(self, coef: str) -> bool:
+        """Whether ``coef``'s server deviations are sampled: it has a level per server
+        (:meth:`leveled`) and the servers' sizes leave a contrast the laws cannot make."""
+        return self.leveled(coef) and self.contrasts.shape[1] > 0
+
+    def centred(self, coef: str) -> bool:
+        """Whether ``coef``'s unit deviations are sampled centred: unless the configuration
+        names it non-centred, or the variant samples it non-centred where its server
+        contrasts and its spread are both sampled (:attr:`contrast_noncentered`)."""
+        return coef not in self.config.noncentered and not (
+            coef in self.contrast_noncentered and self.contrasted(coef)
+            and self.fixed_tau(coef) is None)
 
     def population(self, coef: str):
         """``coef``'s scaling law: its ``beta`` (sampled), its spread ``tau`` (sampled, or
-        fixed where its level has few units) and the log law ``log(x·beta)`` of every known
-        unit."""
+        fixed where its level has few units), the log law of every known unit,
+        ``log(x·beta)`` plus its server's deviation where the coefficient has one
+        (:meth:`leveled`), and those deviations, one per server (None without)."""
         import pymc as pm
         import pytensor.tensor as pt
 
@@ -153,7 +229,35 @@ class HierarchicalModel(LatencyModel):
         tau = self.fixed_tau(coef)
         if tau is None:
             tau = pm.Gamma(f"tau_{coef}", alpha=2.0, beta=2.0 / priors.prior("tau_mean"))
-        return beta, tau, pt.log(pt.dot(self.x[coef], beta))
+        log_mu = pt.log(pt.dot(self.x[coef], beta))
+        if not self.leveled(coef):
+            return beta, tau, log_mu, None
+        if not self.contrasted(coef):  # no deviation the laws cannot make: none sampled
+            return beta, tau, log_mu, pt.zeros(len(self.servers))
+        contrast = pm.Normal(f"u_{coef}", 0.0, priors.prior("server_spread"),
+                             dims="server_contrast")
+        server = pt.dot(self.contrasts, contrast)
+        return beta, tau, log_mu + server[self.server_idx], server
+
+    def new_server_deviation(self, coef: str, new_units: pd.DataFrame, server):
+        """The server deviation of each new unit: its server's where the fit measured it, a
+        fresh draw ``N(0, server_spread)`` (dim ``new_server``) for a server never
+        measured."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        labels = schema.server_labels(new_units)
+        idx = self.servers.get_indexer(labels)
+        new = pd.Index(pd.unique(labels[idx < 0]))
+        if not len(new):
+            return server[idx]
+        model = pm.modelcontext(None)
+        if "new_server" not in model.coords:
+            model.add_coord("new_server", new.to_numpy())
+        fresh = pm.Normal(f"new_u_{coef}", 0.0, self.config.prior("server_spread"),
+                          dims="new_server")
+        idx = np.where(idx >= 0, idx, len(self.servers) + new.get_indexer(labels))
+        return pt.concatenate([server, fresh])[idx]
 
     def unit_coefficient(self, coef: str, new_units: pd.DataFrame, population, log_c=None):
         """The coefficient of every known unit, then of each new unit (population + fresh
@@ -163,8 +267,8 @@ class HierarchicalModel(LatencyModel):
         import pytensor.tensor as pt
 
         dim = _dim(coef)
-        beta, tau, log_mu = population
-        if log_c is None and coef not in self.config.noncentered:
+        beta, tau, log_mu, server = population
+        if log_c is None and self.centred(coef):
             log_c = pm.Normal(f"log_{coef}", mu=log_mu, sigma=tau, dims=dim)
         elif log_c is None:
             z = pm.Normal(f"z_{coef}", 0.0, 1.0, dims=dim)
@@ -173,7 +277,10 @@ class HierarchicalModel(LatencyModel):
         if len(new_units):
             x_new, _ = scaling.standardise(new_units, self.features(coef), self.scales[coef])
             z_new = pm.Normal(f"new_z_{coef}", 0.0, 1.0, dims=f"new_{dim}")
-            value = pt.concatenate([value, pt.exp(pt.log(pt.dot(x_new, beta)) + tau * z_new)])
+            log_new = pt.log(pt.dot(x_new, beta)) + tau * z_new
+            if server is not None:
+                log_new = log_new + self.new_server_deviation(coef, new_units, server)
+            value = pt.concatenate([value, pt.exp(log_new)])
         return value
 
     def paired_logs(self, populations: dict) -> dict:
@@ -184,9 +291,9 @@ class HierarchicalModel(LatencyModel):
         import pymc as pm
         import pytensor.tensor as pt
 
-        if any(c in self.config.noncentered or c not in populations for c in PAIR):
+        if any(not self.centred(c) or c not in populations for c in PAIR):
             return {}
-        (_, tau_p, mu_p), (_, tau_v, mu_v) = (populations[c] for c in PAIR)
+        (_, tau_p, mu_p, _), (_, tau_v, mu_v, _) = (populations[c] for c in PAIR)
         model = pm.modelcontext(None)
         if "memory" not in model.coords:
             model.add_coord("memory", list(PAIR))
@@ -357,11 +464,17 @@ class HierarchicalModel(LatencyModel):
             beta, _ = nnls(x / c[:, None], np.ones(len(c)))
             beta = st.floor_positive(beta, 0.01)
             dev = np.log(c) - np.log(x @ beta)
+            if self.contrasted(coef):
+                # each server's mean deviation along the contrasts, the groups' about it
+                server = pd.Series(dev).groupby(self.server_idx).mean().reindex(
+                    range(len(self.servers))).to_numpy()
+                out[f"u_{coef}"] = self.contrasts.T @ server
+                dev = dev - (self.contrasts @ out[f"u_{coef}"])[self.server_idx]
             tau = self.fixed_tau(coef)
             if tau is None:
                 tau = out[f"tau_{coef}"] = float(np.clip(dev.std(), 0.05, 1.0))
             out[f"beta_{coef}"] = beta
-            if coef in self.config.noncentered:
+            if not self.centred(coef):
                 out[f"z_{coef}"] = dev / tau
             else:
                 out[f"log_{coef}"] = np.log(c)
