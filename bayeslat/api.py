@@ -366,20 +366,31 @@ class Decisions:
                                   row["drafter"], policy, max_batch)
 
 
+# What a setup never measured is predicted along, in the words of its warning.
+_SCALED = (("verifier_params_b", "verifier size", "B parameters"),
+           ("drafter_params_b", "drafter size", "B parameters"),
+           ("prefill_tokens", "prompt length", " tokens"),
+           ("decode_tokens", "output length", " tokens"))
+
+
 def _new_setup_warning(table: pd.DataFrame, setup) -> str:
     """What a decision for a setup never measured rests on: the scaling laws at every load
-    and, where its verifier's size lies outside the sizes measured, their extrapolation in
-    size, which the held-out check showed wrong beyond its bands."""
+    and, where its sizes or lengths lie outside those measured, their extrapolation, which
+    the held-out checks showed wrong beyond its bands."""
     text = (f"{setup.setup} was never measured: every load is a prediction of the scaling "
             "laws (extrapolated)")
-    sizes = table["verifier_params_b"].dropna()
-    size = setup.verifier_params_b
-    if len(sizes) and not sizes.min() <= size <= sizes.max():
-        text += (f"; its verifier's size, {size:g}B parameters, lies outside the sizes "
-                 f"measured ({sizes.min():g}–{sizes.max():g}B): the laws extrapolate in size, "
-                 "and on the shipped example a verifier at either end of its size range, "
-                 "held out, came out 2.6 times too slow, outside its 90% band (`bayeslat "
-                 "validate --split verifier` checks your sweep); measure it before deciding")
+    outside = []
+    for column, name, unit in _SCALED:
+        measured, value = table[column].dropna(), getattr(setup, column)
+        if len(measured) and value == value and not measured.min() <= value <= measured.max():
+            outside.append(f"its {name}, {value:g}{unit}, lies outside those measured "
+                           f"({measured.min():g}–{measured.max():g}{unit})")
+    if outside:
+        text += ("; " + "; ".join(outside) + ": the laws extrapolate there (held out on the "
+                 "shipped example, a verifier at either end of the size range came out 2.6 "
+                 "times too slow, a whole workload 9–17% off and more near capacity; `bayeslat "
+                 "validate --split workload,verifier` checks your sweep): measure it before "
+                 "deciding")
     return text
 
 

@@ -100,11 +100,14 @@ def test_unmeasured_length_predicted_by_hierarchical_not_dense(fits):
     assert all(row["extrapolated"] for row in out["decisions"])
     assert out["setups"][0]["new_setup"] is True
     assert any("never measured" in line for line in out["warnings"])
-    assert not any("outside the sizes measured" in line for line in out["warnings"])
-    # a verifier larger than any measured: the laws extrapolate in size, and it says how far
+    # a prompt longer than any measured, then a verifier larger than any too: the laws
+    # extrapolate in each, and it says how far
+    longer = " ".join(out["warnings"])
+    assert "prompt length, 2048 tokens, lies outside those measured (128–512 tokens)" in longer
+    assert "verifier size" not in longer
     bigger = json.loads(invoke(fits["hierarchical"], *args, "--verifier-params", "405").output)
-    assert any("405B parameters, lies outside the sizes measured (8–70B)" in line
-               for line in bigger["warnings"]), bigger["warnings"]
+    assert "verifier size, 405B parameters, lies outside those measured (8–70B parameters)" in (
+        " ".join(bigger["warnings"]))
     result = invoke(fits["dense"], *args)
     assert result.exit_code == 2
     assert "hierarchical" in result.output
