@@ -179,12 +179,12 @@ def _split_table(result, name: str) -> Table:
     folds = result.folds[result.folds["split"] == name]
     # the paper's point methods cannot predict what they never saw (a whole workload or
     # verifier): columns of dashes only, so say it once instead (and keep the table narrow)
-    points = bool(folds[["point_answered", "coef_answered"]].to_numpy().any()
-                  ) if "point_answered" in folds else True
+    answered = bool(folds[["point_answered", "coef_answered"]].to_numpy().any()
+                    ) if "point_answered" in folds else True
     methods = ("curve, 6 coef.: the MAPE of the paper's point methods where they predict a "
                "finite latency, curve_fit of C1 and C2 per configuration and the six "
                "coefficients per group (–: configurations, or groups, they never saw)"
-               if points else "the paper's point methods (curve_fit per configuration or "
+               if answered else "the paper's point methods (curve_fit per configuration or "
                "group) cannot predict any of these points: they never saw the "
                "configurations")
     table = Table(title=f"Held out: {name} ({result.variant})", title_justify="left",
@@ -202,7 +202,7 @@ def _split_table(result, name: str) -> Table:
                   "seconds", caption_justify="left")
     table.add_column("held out", justify="left", min_width=16)
     for header in ("points", "MAPE", "R²", "in 50%", "in 90%",
-                   *(("curve", "6 coef.") if points else ()), "k*", "RPS*", "fit s"):
+                   *(("curve", "6 coef.") if answered else ()), "k*", "RPS*", "fit s"):
         table.add_column(header, justify="right", no_wrap=True)
     overall = result.splits.set_index("split").loc[name]
     rows = [(r.held_out + ("" if r.converged else " *"), r, r.converged, f"{r.seconds:.0f}")
@@ -222,7 +222,7 @@ def _split_table(result, name: str) -> Table:
             rps_star += f" of {int(pairs)}"
         table.add_row(label, str(int(r.points)), mape, r2, number(r.inside_50),
                       number(r.inside_90),
-                      *((_point(r, "point"), _point(r, "coef")) if points else ()),
+                      *((_point(r, "point"), _point(r, "coef")) if answered else ()),
                       k_star, rps_star, seconds,
                       style="yellow" if off else None)
     return table
