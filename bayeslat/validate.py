@@ -277,13 +277,17 @@ def coefficient_fit(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
 def score(points: pd.DataFrame) -> dict:
     """MAPE and R² of the predictive median, and 50% and 90% coverage, of held-out points
     (rows of :func:`bayeslat.adequacy.held_out`). MAPE and R² are over the points whose
-    median is finite; ``saturated`` counts the others (served, but past the model's capacity)."""
+    median is finite; ``saturated`` counts the others (served, but past the model's capacity).
+    ``mdape``, the median of the same errors, is beside the mean because a median just below
+    the predicted wall is finite but can be hundreds of times the measured latency, and a few
+    such points make the mean."""
     y, median = points["latency_mean"].to_numpy(float), points["median"].to_numpy(float)
     finite = np.isfinite(median)
     residual = ((y - median)[finite] ** 2).sum()
     total = ((y[finite] - y[finite].mean()) ** 2).sum()
     return {"points": int(len(points)),
             "mape": float(points["ape"][finite].mean()) if finite.any() else float("nan"),
+            "mdape": float(points["ape"][finite].median()) if finite.any() else float("nan"),
             "r2": float(1.0 - residual / total) if total > 0 else float("nan"),
             "inside_50": float(points["in50"].mean()) if len(points) else float("nan"),
             "inside_90": float(points["in90"].mean()) if len(points) else float("nan"),

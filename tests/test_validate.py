@@ -192,6 +192,9 @@ def test_scores_are_mape_r2_and_coverage_of_the_median():
     assert (s["inside_50"], s["inside_90"], s["saturated"]) == (pytest.approx(2 / 3), 1.0, 0)
     with_saturated = validate.score(points)  # a median past saturation: counted apart
     assert with_saturated["saturated"] == 1 and with_saturated["mape"] == s["mape"]
+    # one median far past the truth makes the mean, not the median
+    wall = validate.score(points.iloc[:3].assign(median=[1.1, 1.8, 400.0], ape=[0.1, 0.1, 99.0]))
+    assert wall["mape"] == pytest.approx(99.2 / 3) and wall["mdape"] == pytest.approx(0.1)
 
 
 def test_the_paper_s_point_fit_predicts_measured_configurations_only(table):
