@@ -192,7 +192,7 @@ class HierarchicalModel(LatencyModel):
     def coords(self):
         # the contrasts' dim where there are any (the fit's coords are those its variables use)
         servers = ({"server_contrast": np.arange(self.contrasts.shape[1])}
-                   if self.servers is not None and self.contrasts.shape[1] else {})
+                   if any(map(self.contrasted, self.coef_names)) else {})
         return {"group": self.units["group"].index.to_numpy(),
                 "draft": self.units["draft"].index.to_numpy(), **servers,
                 **{f"{c}_feature": list(self.scales[c]) for c in self.coef_names}}
