@@ -462,8 +462,10 @@ def test_the_sbc_check_refuses_a_variant_it_cannot_calibrate(table):
 def test_a_split_the_point_methods_cannot_answer_keeps_its_labels_at_120_columns():
     """Whole verifiers held out (the example's figures): the paper's point methods answer
     none of the points, so their columns go and the caption says why; a fold's label stays
-    visible at the 120 columns of a piped terminal, with its points past capacity and an R²
-    far below zero written short."""
+    visible at the 120 columns of a piped terminal, with its points past capacity, an R² far
+    below zero and a MAPE in the thousands (a median predicted just below its wall: the
+    capacity variant's workload fold p256 g128 had 1.6e32) written short, the median APE
+    beside."""
     from types import SimpleNamespace
 
     from rich.console import Console
@@ -476,17 +478,29 @@ def test_a_split_the_point_methods_cannot_answer_keeps_its_labels_at_120_columns
             "k_agree": 0.62, "k_regret_mean": 0.012, "rps_star_pairs": 0,
             "rps_star_within": nan, "converged": True, "seconds": 16.0}
     folds = pd.DataFrame([
-        fold | {"held_out": "llama-1b", "mape": 30.3, "r2": -290147.3, "inside_50": 0.0,
-                "inside_90": 0.03, "saturated": 53},
-        fold | {"held_out": "llama-70b-fp8", "mape": 1.55, "r2": -10.94, "inside_50": 0.01,
-                "inside_90": 0.34, "saturated": 0}])
-    splits = pd.DataFrame([fold | {"mape": 10.1, "r2": -2450.4, "inside_50": 0.05,
-                                   "inside_90": 0.45, "saturated": 53}])
+        fold | {"held_out": "llama-1b", "mape": 1.557e32, "mdape": 0.146, "r2": -290147.3,
+                "inside_50": 0.0, "inside_90": 0.03, "saturated": 53},
+        fold | {"held_out": "llama-70b-fp8", "mape": 1.55, "mdape": 0.9, "r2": -10.94,
+                "inside_50": 0.01, "inside_90": 0.34, "saturated": 0}])
+    splits = pd.DataFrame([fold | {"mape": 7.8e31, "mdape": 0.5, "r2": -2450.4,
+                                   "inside_50": 0.05, "inside_90": 0.45, "saturated": 53}])
     result = SimpleNamespace(variant="hierarchical", folds=folds, splits=splits)
     console = Console(width=120, record=True)
     console.print(_split_table(result, "verifier"))
     text = console.export_text()
     assert "llama-70b-fp8" in text and "all folds" in text
-    assert "3030.0% (53 sat.)" in text and "< -99" in text and "-10.940" in text
+    assert "> 999% (53 sat.)" in text and "14.6%" in text and "155.0%" in text
+    assert "< -99" in text and "-10.940" in text
     assert "6 coef." not in text and "cannot predict any of these points" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+    # where the point methods answer, their columns too, and still every column at 120
+    answered = folds.assign(split="budget", point_answered=960, point_mape=0.045,
+                            coef_answered=960, coef_mape=0.045, rps_star_pairs=31,
+                            rps_star_within=0.94).iloc[[0]]
+    console = Console(width=120, record=True)
+    console.print(_split_table(SimpleNamespace(variant="hierarchical", folds=answered,
+                                               splits=splits.assign(split="budget")),
+                                   "budget"))
+    text = console.export_text()
+    assert "6 coef." in text and "fit s" in text and "0.94 of 31" in text
     assert max(len(line) for line in text.splitlines()) <= 120

@@ -188,8 +188,10 @@ def _split_table(result, name: str) -> Table:
                "group) cannot predict any of these points: they never saw the "
                "configurations")
     table = Table(title=f"Held out: {name} ({result.variant})", title_justify="left",
-                  caption=f"MAPE, R²: of the predictive median (sat.: points it puts past the "
-                  f"model's capacity, left out of both); in 50%, in 90%: measured points "
+                  caption=f"MAPE, MdAPE (the median absolute percentage error), R²: of the "
+                  f"predictive median (sat.: points it puts past the model's capacity, left "
+                  f"out of all three; a median a point just below that capacity predicts far "
+                  f"too slow makes the MAPE huge, not the MdAPE); in 50%, in 90%: measured points "
                   f"inside the predictive interval (calibrated: about 0.50 and 0.90; yellow "
                   f"outside {lo}–{hi} or a refit that did not converge, marked *); "
                   f"{methods}; k*, RPS*: the held-out setups' decisions "
@@ -200,10 +202,11 @@ def _split_table(result, name: str) -> Table:
                   "share of RPS* "
                   "medians within 10%, of the pairs where both exist); fit s: the refit's "
                   "seconds", caption_justify="left")
-    table.add_column("held out", justify="left", min_width=16)
-    for header in ("points", "MAPE", "R²", "in 50%", "in 90%",
+    table.add_column("held out", justify="left", min_width=14)
+    for header in ("points", "MAPE", "MdAPE", "R²", "in 50%", "in 90%",
                    *(("curve", "6 coef.") if answered else ()), "k*", "RPS*", "fit s"):
-        table.add_column(header, justify="right", no_wrap=True)
+        # the MAPE may wrap before its count of points past capacity
+        table.add_column(header, justify="right", no_wrap=header != "MAPE")
     overall = result.splits.set_index("split").loc[name]
     rows = [(r.held_out + ("" if r.converged else " *"), r, r.converged, f"{r.seconds:.0f}")
             for r in folds.itertuples()]
@@ -211,8 +214,7 @@ def _split_table(result, name: str) -> Table:
         rows.append(("all folds", overall, True, ""))
     for label, r, converged, seconds in rows:
         off = not lo <= r.inside_90 <= hi or not converged
-        mape = number(r.mape, "{:.1%}") + (f" ({int(r.saturated)} sat.)"
-                                            if r.saturated else "")
+        mape = _percent(r.mape) + (f" ({int(r.saturated)} sat.)" if r.saturated else "")
         r2 = "< -99" if r.r2 < -99 else number(r.r2, "{:.3f}")  # beyond: as bad as any
         k_star = number(getattr(r, "k_agree", float("nan")))  # absent without decisions
         if (regret := getattr(r, "k_regret_mean", float("nan"))) == regret:
@@ -220,12 +222,19 @@ def _split_table(result, name: str) -> Table:
         rps_star = number(getattr(r, "rps_star_within", float("nan")))
         if pairs := getattr(r, "rps_star_pairs", 0):
             rps_star += f" of {int(pairs)}"
-        table.add_row(label, str(int(r.points)), mape, r2, number(r.inside_50),
+        table.add_row(label, str(int(r.points)), mape, _percent(r.mdape), r2,
+                      number(r.inside_50),
                       number(r.inside_90),
                       *((_point(r, "point"), _point(r, "coef")) if answered else ()),
                       k_star, rps_star, seconds,
                       style="yellow" if off else None)
     return table
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage, ``> 999%`` beyond (a median predicted near its wall: as bad
+    as any, and its digits would crowd the table)."""
+    return "> 999%" if share > 9.99 else number(share, "{:.1%}")
 
 
 def _point(r, method: str) -> str:
@@ -237,5 +246,5 @@ def _point(r, method: str) -> str:
     notes = [f"{answered} of {r.points}"] if answered < r.points else []
     if saturated := getattr(r, f"{method}_saturated"):
         notes.append(f"{saturated} saturated")
-    text = f"{mape:.1%}" if mape == mape else "–"  # NaN: none finite
+    text = _percent(mape) if mape == mape else "–"  # NaN: none finite
     return text + (f" ({', '.join(notes)})" if notes else "")
