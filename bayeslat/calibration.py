@@ -26,10 +26,10 @@ design being servable, and the ranks stay uniform under that prior (the fit's po
 same under the truncated prior, whose mass outside is zero given the data).
 
 **Quantities.** Every population parameter (each ``beta`` of each coefficient, each ``tau``,
-``sigma``, ``nu``), and the decisions: for two probe configurations (the middle acceptance
-rate and draft length of the first and the last workload), the speedup at a low and a high
-design rate of its baseline and the break-even load RPS* (+inf where there is none, ties broken
-at random).
+each server's roofline knee, ``sigma``, ``nu``), and the decisions: for two probe
+configurations (the middle acceptance rate and draft length of the first and the last
+workload), the speedup at a low and a high design rate of its baseline and the break-even load
+RPS* (+inf where there is none, ties broken at random).
 
 **The check** (:func:`uniformity`): the ECDF of each quantity's ranks against the simultaneous
 band of Säilynoja, Bürkner & Vehtari (2022): pointwise binomial intervals widened until, for
@@ -125,7 +125,7 @@ def quantities(model, values: xr.Dataset, probe: pd.DataFrame) -> dict[str, np.n
     two loads and RPS* (NaN, no break-even, as +inf). Arrays flattened over the sample dims."""
     out = {}
     for name in sorted(values.data_vars):
-        if not (name.startswith(("beta_", "tau_")) or name in ("sigma", "nu")):
+        if not (name.startswith(("beta_", "tau_")) or name in ("sigma", "nu", "prefill_knee")):
             continue
         var = values[name]
         extra = [d for d in var.dims if d not in ("chain", "draw", "sample")]

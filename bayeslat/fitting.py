@@ -86,6 +86,20 @@ def spreads_line(model) -> str:
             f"{model.config.prior('tau_min_units')}): {', '.join(fixed)}")
 
 
+def knees_line(model) -> str:
+    """One line with each server's roofline knee of the prefill stall (median [90%], tokens)
+    where the fit has knees (the ``prefill_excess`` feature); empty where it has none."""
+    if "prefill_knee" not in getattr(model, "posterior", {}):
+        return ""
+    knee = model.posterior["prefill_knee"]
+    q = knee.quantile([0.05, 0.5, 0.95], dim=("chain", "draw"))
+    parts = [f"{server} {q.sel(quantile=0.5, server=server):.0f} "
+             f"[{q.sel(quantile=0.05, server=server):.0f}, "
+             f"{q.sel(quantile=0.95, server=server):.0f}]"
+             for server in knee["server"].to_numpy()]
+    return "roofline knee of a prefill's stall, tokens (median [90%]): " + "; ".join(parts)
+
+
 # Fields of the diagnostics stored with a fit (posterior attr ``diagnostics``, JSON).
 _DIAGNOSTICS_ATTR = "diagnostics"
 

@@ -56,18 +56,29 @@ FEATURES = {
     "kv_tokens": lambda u: (u["prefill_tokens"] + 0.5 * u["decode_tokens"]).to_numpy(float),
     # arithmetic of a prefill: proportional to model size times prompt length
     "prefill_compute": lambda u: (u["verifier_params_b"] * u["prefill_tokens"]).to_numpy(float),
+    # ... past the GPU's roofline knee (theory.prefill_excess): the knee is a parameter of the
+    # hierarchical models, one per server (KNEE_FEATURE); without a ``prefill_knee`` column
+    # (the knee not yet known) the knee-free value, which sets the feature's scale
+    "prefill_excess": lambda u: (u["verifier_params_b"] * (
+        theory.prefill_excess(u["prefill_tokens"], u["prefill_knee"])
+        if "prefill_knee" in u else u["prefill_tokens"])).to_numpy(float),
 }
+# The feature with a roofline knee, which the hierarchical models sample per server (prior:
+# ``prefill_knee``).
+KNEE_FEATURE = "prefill_excess"
 
 # The paper's findings (DESIGN.md §3); every coefficient also has an intercept. A prefill's
 # stall c2p grows with the prefill's arithmetic, model size times prompt length, not with
 # either alone: as a sum of the two the law missed the example's twelve groups by factors up to
 # e^4 (tau_c2p 1.6), and a workload left out was predicted with 116% error, 59% of its points
-# inside their 90% bands; with the product, 28% and 79% (benchmarks/README.md).
+# inside their 90% bands; with the product, 28% and 79% (benchmarks/README.md). And only
+# with the arithmetic past the GPU's roofline knee (prefill_excess, a knee per server): a
+# workload left out 6.5-11% off, against 9-17% with the product alone (thirty-first session).
 DEFAULT_DESIGN: dict[str, tuple[str, ...]] = {
     "c1p": ("verifier_params_b",),
     "c1v": ("verifier_params_b",),
     "c1d": ("drafter_params_b",),
-    "c2p": ("verifier_params_b", "prefill_compute"),
+    "c2p": ("verifier_params_b", "prefill_excess"),
     "c2v": ("verifier_params_b", "kv_tokens"),
     "c2d": ("drafter_params_b",),
     # compute per token grows with the verifier's size; a prefill's with size × prompt length
@@ -96,6 +107,10 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # example it misses the 1B and 8B on an H100 and the 70B in fp8 on an H200 by factors of
     # 0.8, 1.55 and 0.74 in every one of their workloads (benchmarks/README.md).
     "server_spread": 0.5,
+    # LogNormal prior of each server's roofline knee (tokens, theory.prefill_excess): median,
+    # sd of its log. The GPUs' FLOPs per byte put it near 200-300 for bf16 weights on an
+    # H100 and 60-100 for fp8 on an H200; the example's fit: 274, 180 and 74.
+    "prefill_knee": [150.0, 1.0],
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
     # Least spread of the capacity variants' walls around their group's compute time, in log

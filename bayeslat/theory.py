@@ -58,6 +58,7 @@ from bayeslat.errors import NumericalError
 __all__ = [
     "tokens_per_cycle",
     "effective_coefficients",
+    "prefill_excess",
     "compute_coefficient",
     "latency",
     "evenly_spaced",
@@ -120,6 +121,33 @@ def tokens_per_cycle(alpha, k):
     e = ops.expm1((k + 1) * log_a) / ops.expm1(log_a)
     # Rounding can leave E a hair outside its exact bounds; the bounds are part of the contract.
     return ops.minimum(ops.maximum(e, 1.0), k + 1.0)
+
+
+# Width of a prefill's roofline knee, as a share of the knee (prefill_excess).
+KNEE_SOFTNESS = 0.125
+
+
+def prefill_excess(prefill_tokens, knee):
+    r"""The prompt tokens of a prefill past the roofline knee, :math:`\approx \max(p - \kappa, 0)`.
+
+    A step reads the weights once however many tokens it carries, so a prefill of
+    :math:`p` tokens costs the requests running beside it (its stall ``c2p``) little more than
+    one step until its arithmetic outweighs that read, at :math:`\kappa` tokens (the GPU's
+    FLOPs per byte read per token: about 200-300 for bf16 weights on an H100, a third of that
+    for fp8 on an H200), and grows with :math:`p - \kappa` past it. Smoothed so that its
+    gradient is continuous,
+
+    .. math:: w\,\log\bigl(1 + e^{(p - \kappa)/w}\bigr), \qquad w = \kappa/8
+              \ (:data:`KNEE_SOFTNESS`),
+
+    which is within :math:`0.7\,w` of the kink and tends to :math:`p - \kappa` above it and
+    to 0 below.
+    """
+    ops = _ops(prefill_tokens, knee)
+    width = KNEE_SOFTNESS * knee
+    x = (prefill_tokens - knee) / width
+    soft = ops.softplus(x) if ops is not np else np.logaddexp(0.0, x)
+    return width * soft
 
 
 def effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k, decode_tokens):

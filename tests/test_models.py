@@ -492,8 +492,44 @@ def test_group_coefficients_deviate_per_server_then_per_group():
             else set())
     assert get("hierarchical")(two.table).centred("c1v")
     alone = get("hierarchical")(three[three["verifier"] == "llama-8b"])
-    assert alone.servers is None
+    assert alone.contrasts is None
     assert not any(v.name.startswith("u_") for v in alone.build().free_RVs)
+
+
+def test_a_prefill_stall_past_its_knee_samples_a_knee_per_server():
+    """The stall's default law, on ``prefill_excess``: each server's knee is sampled (dim
+    ``server``), started where its groups' stalls put it, between 20% and 95% of its shortest
+    prompt; a new workload of a measured server uses its knee, a server never measured draws
+    one from the prior. The capacity variant's stall is linear in the prefill's arithmetic."""
+    from bayeslat.simulate.generative import DEFAULT_BETAS, SamplerSpec, sample_sweep
+
+    betas = DEFAULT_BETAS | {"c2p": {"intercept": 1e-4, "prefill_excess": 4e-6}}
+    sweep, truth = sample_sweep(SamplerSpec(
+        verifiers=(("llama-8b", 8.0), ("llama-70b", 70.0)), prefill_tokens=(128.0, 1024.0),
+        decode_tokens=(64.0, 256.0), alphas=(0.6,), ks=(2,), n_rates=4, betas=betas,
+        prefill_knee=200.0, tau={c: 0.02 for c in scaling.COEFS}), seed=3)
+    stall = truth.groups.groupby("prefill_tokens")["c2p"].median()
+    assert stall[1024.0] / stall[128.0] > 10  # past the knee against nearly nothing below it
+    model = get("hierarchical")(sweep)
+    built = model.build()
+    assert built.named_vars_to_dims["prefill_knee"] == ("server",)
+    assert model.coords()["server"].tolist() == ["llama-8b H100", "llama-70b H100"]
+    start = model.start()["prefill_knee"]
+    assert ((start >= 0.2 * 128) & (start <= 0.95 * 128)).all()
+    assert np.isfinite(model.check_start(built))
+    one = sweep.iloc[[10]].copy()
+    known = one.assign(prefill_tokens=2048.0)
+    fresh = one.assign(verifier="llama-13b", verifier_params_b=13.0)
+    for new, drawn in ((known, False), (fresh, True)):
+        names = {v.name for v in model.build(prepare(new)).free_RVs}
+        assert ("new_prefill_knee" in names) == drawn
+    assert "prefill_knee" not in {v.name for v in get("capacity")(sweep).build().free_RVs}
+    # the memory slopes: one centred pair where the spreads are fixed (eight groups), apart
+    # and non-centred where they are sampled (centred, with the knees' small spread, funnelled)
+    assert "log_c2" in model.start()
+    sampled = get("hierarchical")(sweep, ScalingConfig(
+        priors=scaling.DEFAULT_PRIORS | {"tau_min_units": 6}))
+    assert {"z_c2p", "z_c2v"} <= set(sampled.start()) and "log_c2" not in sampled.start()
 
 
 def test_dense_refuses_new_configurations(mocked):

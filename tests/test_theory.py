@@ -368,3 +368,21 @@ class TestEvenlySpaced:
         assert offset[0] != 0 and offset[2] == 0  # never measured: the midpoints
         assert theory.staircase_offset(smooth, rates, 0.0 * stall, "rate").values.tolist() == [
             0.0, 0.0, 0.0]
+
+
+def test_a_prefill_past_its_knee_costs_its_excess_tokens_and_below_it_nothing():
+    """``prefill_excess`` is the smoothed ``max(p − κ, 0)``: ``w·log 2`` at the knee
+    (``w = κ/8``), the excess well above it, nearly 0 well below, rising with ``p`` and the same
+    through PyTensor."""
+    import pytensor.tensor as pt
+
+    knee = 200.0
+    width = theory.KNEE_SOFTNESS * knee
+    p = np.array([0.0, 100.0, knee, 400.0, 1024.0])
+    got = theory.prefill_excess(p, knee)
+    assert got[2] == pytest.approx(width * np.log(2.0))
+    np.testing.assert_allclose(got[3:], p[3:] - knee, atol=0.01)  # a knee past it: 0.008
+    assert got[0] < 0.01 and got[1] < 0.5  # half a token at half the knee
+    assert (np.diff(got) > 0).all()
+    tensor = theory.prefill_excess(pt.as_tensor(p), pt.as_tensor(knee)).eval()
+    np.testing.assert_allclose(tensor, got, rtol=1e-12)

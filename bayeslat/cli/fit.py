@@ -91,8 +91,9 @@ def command(
     console.print(_diagnostics_table(diag, len(result.model.rows), len(result.model.excluded)))
     console.print(escape(fitting.sampler_line(result.idata)), highlight=False)
     console.print(escape(fitting.likelihood_line(result.idata)), highlight=False)
-    if spreads := fitting.spreads_line(result.model):
-        console.print(escape(spreads), highlight=False)
+    for line in (fitting.spreads_line(result.model), fitting.knees_line(result.model)):
+        if line:
+            console.print(escape(line), highlight=False)
     console.print(_adequacy_table(check))
     console.print(_worst_table(check.worst(WORST_ROWS)))
     for message in check.warnings:

@@ -45,6 +45,25 @@ where its server contrasts and its spread are sampled
 measured) are predicted from the population: ``x·beta`` at their features times a fresh
 deviation ``exp(tau·z)``.
 
+A prefill's stall ``c2p`` scales, by default, with the prefill's arithmetic past its GPU's
+roofline knee (the ``prefill_excess`` feature, :func:`bayeslat.theory.prefill_excess`),
+
+.. math::
+    x_{j,\mathrm{excess}} = N_j\, w \log\bigl(1 + e^{(p_j - \kappa_{s(j)})/w}\bigr),
+    \quad w = \kappa/8, \qquad \kappa_s \sim \mathrm{LogNormal}(\log 150, 1)
+
+(the ``prefill_knee`` prior; dim ``server``, one knee per server, and a server never measured
+draws its own): below the knee a prefill costs the running requests little more than the step
+they share, past it its arithmetic, ``N (p − κ)``. Linear in ``N p``, the law missed the
+example's stalls, which grow 100-fold (1B), 31-fold (8B) and 5.4-fold (70B fp8) from 256 to
+1,024 prompt tokens, by factors its groups' spread had to carry (``tau_c2p`` 0.55), and a
+workload held out by 9–17%; with the knees (fitted 273, 182 and 74 tokens, the GPUs'
+FLOPs per byte putting them near 220, 220 and 77) the spread is 0.09 and the held-out
+workloads are 6.5–11% off (benchmarks/README.md, thirty-first session). With two prompt
+lengths per server a knee is set by its prior as much as by the data: the bands of a prompt
+length never measured say so. The ``capacity`` variant keeps the linear law
+(:data:`bayeslat.models.capacity.CAPACITY_STALL`).
+
 A group's memory slopes ``c2p`` and ``c2v`` (both centred) are one variable ``log_c2`` (dims
 ``group``, ``memory``) with the same independent normal priors, which the sampler sees as
 
@@ -55,7 +74,9 @@ A group's memory slopes ``c2p`` and ``c2v`` (both centred) are one variable ``lo
 with unit Jacobian): the data pin the sum a configuration's ``C2`` is made of, not its split,
 and sampled apart the two ran along a ridge (correlation −0.6 to −0.9 in the example's groups).
 In these coordinates the example's fit takes 206–213 leapfrog steps a draw at ``target_accept``
-0.95 where it took 315–325 (benchmarks/README.md, twenty-seventh session).
+0.95 where it took 315–325 (benchmarks/README.md, twenty-seventh session). Where the stall has
+knees and the spreads are sampled, the two are non-centred instead
+(:meth:`HierarchicalModel.centred`).
 
 A level with fewer units than the ``tau_min_units`` prior (10) has its spread fixed,
 :math:`\tau_q = t`, instead of sampled: the deviations of four workloads of one verifier tell
@@ -173,10 +194,9 @@ class HierarchicalModel(LatencyModel):
         }
         first = rows.drop_duplicates("group")
         servers = schema.server_labels(first)
-        self.servers = (pd.Index(pd.unique(servers)) if servers.nunique() >= MIN_SERVERS
-                        else None)
-        self.server_idx = None if self.servers is None else self.servers.get_indexer(servers)
-        self.contrasts = None if self.servers is None else _contrasts(
+        self.servers = pd.Index(pd.unique(servers))
+        self.server_idx = self.servers.get_indexer(servers)  # each group's server
+        self.contrasts = None if len(self.servers) < MIN_SERVERS else _contrasts(
             first.groupby(servers.to_numpy(), sort=False)["verifier_params_b"].first()
             .reindex(self.servers).to_numpy(float))
         self.scales, self.x = {}, {}
@@ -190,9 +210,12 @@ class HierarchicalModel(LatencyModel):
         return self.scales
 
     def coords(self):
-        # the contrasts' dim where there are any (the fit's coords are those its variables use)
+        # the contrasts' and the knees' dims where there are any (the fit's coords are those
+        # its variables use)
         servers = ({"server_contrast": np.arange(self.contrasts.shape[1])}
                    if any(map(self.contrasted, self.coef_names)) else {})
+        if any(map(self.knee_feature, self.coef_names)):
+            servers["server"] = self.servers.to_numpy()
         return {"group": self.units["group"].index.to_numpy(),
                 "draft": self.units["draft"].index.to_numpy(), **servers,
                 **{f"{c}_feature": list(self.scales[c]) for c in self.coef_names}}
@@ -200,7 +223,7 @@ class HierarchicalModel(LatencyModel):
     def leveled(self, coef: str) -> bool:
         """Whether ``coef`` has a deviation per server (:data:`MIN_SERVERS`): the group
         coefficients of a sweep of enough servers."""
-        return self.servers is not None and _dim(coef) == "group"
+        return self.contrasts is not None and _dim(coef) == "group"
 
     def contrasted(self, coef: str) -> bool:
         """Whether ``coef``'s server deviations are sampled: it has a level per server
@@ -209,11 +232,18 @@ class HierarchicalModel(LatencyModel):
 
     def centred(self, coef: str) -> bool:
         """Whether ``coef``'s unit deviations are sampled centred: unless the configuration
-        names it non-centred, or the variant samples it non-centred where its server
-        contrasts and its spread are both sampled (:attr:`contrast_noncentered`)."""
-        return coef not in self.config.noncentered and not (
-            coef in self.contrast_noncentered and self.contrasted(coef)
-            and self.fixed_tau(coef) is None)
+        names it non-centred, or its spread is sampled and either the variant samples it
+        non-centred where its server contrasts are sampled (:attr:`contrast_noncentered`)
+        or it is one of the memory slopes (:data:`PAIR`) of a law with a knee: the knees fit
+        the stalls so closely that the groups' spreads are small (the example's ``tau_c2p``
+        0.09 against 0.55 without), and the centred pair funnelled (a divergence in each of
+        three fits, at ``tau_c2v`` 0.007–0.02; non-centred, converged in 1,200 draws)."""
+        if coef in self.config.noncentered:
+            return False
+        if self.fixed_tau(coef) is not None:
+            return True
+        return not ((coef in self.contrast_noncentered and self.contrasted(coef))
+                    or (coef in PAIR and self.knee_feature("c2p") is not None))
 
     def population(self, coef: str):
         """``coef``'s scaling law: its ``beta`` (sampled), its spread ``tau`` (sampled, or
@@ -229,7 +259,8 @@ class HierarchicalModel(LatencyModel):
         tau = self.fixed_tau(coef)
         if tau is None:
             tau = pm.Gamma(f"tau_{coef}", alpha=2.0, beta=2.0 / priors.prior("tau_mean"))
-        log_mu = pt.log(pt.dot(self.x[coef], beta))
+        x = self.with_knee(coef, self.units["group"], self.x[coef], self.server_idx)
+        log_mu = pt.log(pt.dot(x, beta))
         if not self.leveled(coef):
             return beta, tau, log_mu, None
         if not self.contrasted(coef):  # no deviation the laws cannot make: none sampled
@@ -239,6 +270,69 @@ class HierarchicalModel(LatencyModel):
         server = pt.dot(self.contrasts, contrast)
         return beta, tau, log_mu + server[self.server_idx], server
 
+    def knee_feature(self, coef: str) -> str | None:
+        """The feature of ``coef``'s law with a roofline knee (:data:`scaling.KNEE_FEATURE`)
+        where it has one, else None."""
+        return scaling.KNEE_FEATURE if scaling.KNEE_FEATURE in self.scales[coef] else None
+
+    def knees(self):
+        r"""Each server's roofline knee (tokens, dim ``server``; :func:`theory.prefill_excess`),
+        :math:`\kappa_s \sim \mathrm{LogNormal}(\log m, s)`, ``(m, s)`` the ``prefill_knee``
+        prior."""
+        return self._knee_prior("prefill_knee", "server")
+
+    def _knee_prior(self, name: str, dim: str):
+        """The variable ``name``: knees from the ``prefill_knee`` prior (dim ``dim``), created
+        on first use."""
+        import pymc as pm
+
+        model = pm.modelcontext(None)
+        if name not in model.named_vars:
+            median, log_sd = self.config.prior("prefill_knee")
+            pm.LogNormal(name, np.log(median), log_sd, dims=dim)
+        return model[name]
+
+    def with_knee(self, coef: str, units: pd.DataFrame, x, knee_idx, fresh=None):
+        """``x`` (the units' standardised features) with the knee feature's column at the
+        knees of the units' servers (``knee_idx`` into :meth:`knees`, then ``fresh``: the
+        knees of servers never measured); ``x`` itself where ``coef`` has no knee."""
+        import pytensor.tensor as pt
+
+        feature = self.knee_feature(coef)
+        if feature is None:
+            return x
+        knee = self.knees() if fresh is None else pt.concatenate([self.knees(), fresh])
+        column = (units["verifier_params_b"].to_numpy(float)
+                  * theory.prefill_excess(units["prefill_tokens"].to_numpy(float),
+                                          knee[knee_idx]) / self.scales[coef][feature])
+        return pt.set_subtensor(pt.as_tensor(x)[:, list(self.scales[coef]).index(feature)],
+                                column)
+
+    def feature_units(self, dim: str, values: xr.Dataset) -> pd.DataFrame:
+        """The units of ``dim`` with their servers' knees (``prefill_knee``: the medians of
+        the draws ``values``) where the fit has knees, for the raw features of the laws
+        (:func:`bayeslat.scaling.raw_features`)."""
+        units = self.units[dim]
+        if dim != "group" or "prefill_knee" not in values:
+            return units
+        knee = values["prefill_knee"]
+        knee = knee.median([d for d in knee.dims if d != "server"]).sel(server=self.servers)
+        return units.assign(prefill_knee=knee.to_numpy()[self.server_idx])
+
+    def new_servers(self, new_units: pd.DataFrame) -> tuple[np.ndarray, int]:
+        """Each new unit's server: its position among the fitted servers, or past them for
+        the servers never measured (dim ``new_server``, added to the model), and how many of
+        those there are."""
+        import pymc as pm
+
+        labels = schema.server_labels(new_units)
+        idx = self.servers.get_indexer(labels)
+        new = pd.Index(pd.unique(labels[idx < 0]))
+        model = pm.modelcontext(None)
+        if len(new) and "new_server" not in model.coords:
+            model.add_coord("new_server", new.to_numpy())
+        return np.where(idx >= 0, idx, len(self.servers) + new.get_indexer(labels)), len(new)
+
     def new_server_deviation(self, coef: str, new_units: pd.DataFrame, server):
         """The server deviation of each new unit: its server's where the fit measured it, a
         fresh draw ``N(0, server_spread)`` (dim ``new_server``) for a server never
@@ -246,18 +340,20 @@ class HierarchicalModel(LatencyModel):
         import pymc as pm
         import pytensor.tensor as pt
 
-        labels = schema.server_labels(new_units)
-        idx = self.servers.get_indexer(labels)
-        new = pd.Index(pd.unique(labels[idx < 0]))
-        if not len(new):
+        idx, n_new = self.new_servers(new_units)
+        if not n_new:
             return server[idx]
-        model = pm.modelcontext(None)
-        if "new_server" not in model.coords:
-            model.add_coord("new_server", new.to_numpy())
         fresh = pm.Normal(f"new_u_{coef}", 0.0, self.config.prior("server_spread"),
                           dims="new_server")
-        idx = np.where(idx >= 0, idx, len(self.servers) + new.get_indexer(labels))
         return pt.concatenate([server, fresh])[idx]
+
+    def new_knees(self, coef: str, new_units: pd.DataFrame):
+        """``(knee_idx, fresh)`` of :meth:`with_knee` for new units: a server never measured
+        draws its knee from the prior (``new_prefill_knee``, dim ``new_server``)."""
+        if self.knee_feature(coef) is None:
+            return None, None
+        idx, n_new = self.new_servers(new_units)
+        return idx, self._knee_prior("new_prefill_knee", "new_server") if n_new else None
 
     def unit_coefficient(self, coef: str, new_units: pd.DataFrame, population, log_c=None):
         """The coefficient of every known unit, then of each new unit (population + fresh
@@ -277,6 +373,7 @@ class HierarchicalModel(LatencyModel):
         if len(new_units):
             x_new, _ = scaling.standardise(new_units, self.features(coef), self.scales[coef])
             z_new = pm.Normal(f"new_z_{coef}", 0.0, 1.0, dims=f"new_{dim}")
+            x_new = self.with_knee(coef, new_units, x_new, *self.new_knees(coef, new_units))
             log_new = pt.log(pt.dot(x_new, beta)) + tau * z_new
             if server is not None:
                 log_new = log_new + self.new_server_deviation(coef, new_units, server)
@@ -454,13 +551,37 @@ class HierarchicalModel(LatencyModel):
         c["c2d"] = c["c2d"] * shrink[draft_group]
         return c
 
+    def knee_start(self, c2p: np.ndarray) -> np.ndarray:
+        """Each server's knee where the start's stalls ``c2p`` (per group) put it: from the
+        ratio ``r`` of its longest prompts' stall to its shortest's,
+        ``(p_max − κ)/(p_min − κ) = r``, within 20–95% of its shortest prompt; the prior's
+        median for a server of one prompt length."""
+        units = self.units["group"]
+        knees = np.full(len(self.servers), float(self.config.prior("prefill_knee")[0]))
+        p = units["prefill_tokens"].to_numpy(float)
+        for s in range(len(self.servers)):
+            mine = self.server_idx == s
+            lo, hi = p[mine].min(), p[mine].max()
+            if hi > lo:
+                r = np.exp(np.log(c2p[mine & (p == hi)]).mean()
+                           - np.log(c2p[mine & (p == lo)]).mean())
+                knee = (r * lo - hi) / (r - 1.0) if r > 1.0 else 0.0
+                knees[s] = np.clip(knee, 0.2 * lo, 0.95 * lo)
+        return knees
+
     def start(self) -> dict[str, np.ndarray]:
         from scipy.optimize import nnls
 
         values = self.unit_start()
         out = {}
+        if any(map(self.knee_feature, self.coef_names)):
+            out["prefill_knee"] = self.knee_start(values["c2p"])
         for coef in self.coef_names:
             c, x = values[coef], self.x[coef]
+            if self.knee_feature(coef):  # at the start's knees
+                units = self.units["group"].assign(
+                    prefill_knee=out["prefill_knee"][self.server_idx])
+                x, _ = scaling.standardise(units, self.features(coef), self.scales[coef])
             beta, _ = nnls(x / c[:, None], np.ones(len(c)))
             beta = st.floor_positive(beta, 0.01)
             dev = np.log(c) - np.log(x @ beta)

@@ -22,7 +22,9 @@ FEATURE_LABELS = {"verifier_params_b": "verifier size (1e9 params)",
                   "drafter_params_b": "drafter size (1e9 params)",
                   "prefill_tokens": "prefill length p (tokens)",
                   "decode_tokens": "decode length g (tokens)",
-                  "kv_tokens": "mean KV length p + g/2 (tokens)"}
+                  "kv_tokens": "mean KV length p + g/2 (tokens)",
+                  "prefill_compute": "size × prefill length (1e9 params·tokens)",
+                  "prefill_excess": "size × prefill past its knee (1e9 params·tokens)"}
 
 
 def section(inputs) -> page.Section:
@@ -120,7 +122,7 @@ def _scaling_panel(ax, model, post, coef: str, feature: str):
     scales = _features(model, post, coef)
     names = tuple(scales)
     dim = "group" if coef in scaling.VERIFIER_COEFS else "draft"
-    units = model.units[dim]
+    units = model.feature_units(dim, post)
     beta = stack_draws(post[f"beta_{coef}"]).transpose(SAMPLE, ...).values  # (sample, feature)
     x_units = scaling.raw_features(units, names) / np.array(list(scales.values()))
     fi = names.index(feature)

@@ -40,8 +40,9 @@ DEFAULT_BETAS: dict[str, dict[str, float]] = {
     "c1p": {"intercept": 0.01, "verifier_params_b": 0.005},
     "c1v": {"intercept": 0.002, "verifier_params_b": 0.0012},
     "c1d": {"intercept": 0.0005, "drafter_params_b": 0.007},
-    # a prefill's arithmetic, size times prompt length (s per B·token): an 8B's 512 tokens 8 ms
-    "c2p": {"intercept": 0.0005, "verifier_params_b": 0.0002, "prefill_compute": 1.9e-6},
+    # a prefill's arithmetic past the roofline knee (prefill_knee), size times the prompt's
+    # tokens past it (s per B·token): an 8B's 512 tokens 5.5 ms
+    "c2p": {"intercept": 0.0005, "verifier_params_b": 0.0002, "prefill_excess": 1.9e-6},
     "c2v": {"intercept": 2e-5, "verifier_params_b": 1e-5, "kv_tokens": 1e-6},
     "c2d": {"intercept": 5e-5, "drafter_params_b": 0.0011},
 }
@@ -74,6 +75,9 @@ class SamplerSpec:
         Spread of request latency relative to its mean, and benchmark length (sets ``n``).
     moe
         ``(active, total, share1, share2)`` for an MoE verifier, None for dense.
+    prefill_knee
+        The roofline knee (tokens) of the laws on ``prefill_excess``
+        (:func:`bayeslat.theory.prefill_excess`): the default betas' prefill stall.
     """
 
     verifiers: tuple[tuple[str, float], ...] = (("llama-8b", 8.0),)
@@ -90,6 +94,7 @@ class SamplerSpec:
     nu: float | None = None
     latency_cv: float = 0.3
     duration_s: float = 120.0
+    prefill_knee: float = 150.0
     moe: tuple[int, int, float, float] | None = None
 
 
@@ -128,7 +133,8 @@ def _units(spec: SamplerSpec, rng):
     moe_active, moe_total = (spec.moe[0], spec.moe[1]) if spec.moe else (0, 0)
     groups = pd.DataFrame(
         [dict(verifier=v, verifier_params_b=vp, hardware=hw, prefill_tokens=p, decode_tokens=g,
-              moe_experts_active=moe_active, moe_experts_total=moe_total)
+              moe_experts_active=moe_active, moe_experts_total=moe_total,
+              prefill_knee=spec.prefill_knee)
          for v, vp in spec.verifiers for hw in spec.hardware
          for p in spec.prefill_tokens for g in spec.decode_tokens])
     groups = _with_deviation(groups, scaling.VERIFIER_COEFS, spec, rng)
