@@ -190,6 +190,11 @@ class ScalingConfig:
             if unknown:
                 raise InputError(f"unknown feature(s) {', '.join(unknown)}; use any of "
                                  f"{', '.join(FEATURES)}", field=f"design.{coef}")
+            if KNEE_FEATURE in feats and coef in DRAFTER_COEFS:
+                raise InputError(f"{KNEE_FEATURE} has a knee per server, a verifier on its "
+                                 "hardware; use it for the verifier coefficients "
+                                 f"({', '.join(VERIFIER_COEFS + COMPUTE_COEFS)})",
+                                 field=f"design.{coef}")
         unknown = [c for c in self.noncentered if c not in ALL_COEFS]
         if unknown:
             raise InputError(f"unknown coefficient(s) {', '.join(unknown)}", field="noncentered")

@@ -51,6 +51,7 @@ def test_a_config_file_overrides_the_variants_own_defaults(tmp_path):
 
 @pytest.mark.parametrize("text, field", [
     ('{"design": {"c1p": ["gpu_count"]}}', "design.c1p"),
+    ('{"design": {"c1d": ["prefill_excess"]}}', "design.c1d"),  # a knee per server, not drafter
     ('{"priors": {"tau": 1}}', "priors"),
     ('{"colour": 1}', "colour"),
 ])

@@ -246,5 +246,5 @@ def _point(r, method: str) -> str:
     notes = [f"{answered} of {r.points}"] if answered < r.points else []
     if saturated := getattr(r, f"{method}_saturated"):
         notes.append(f"{saturated} saturated")
-    text = _percent(mape) if mape == mape else "–"  # NaN: none finite
+    text = _percent(mape)  # "–" for NaN: none finite
     return text + (f" ({', '.join(notes)})" if notes else "")
