@@ -59,10 +59,16 @@ FEATURES = {
     # ... past the GPU's roofline knee (theory.prefill_excess): the knee is a parameter of the
     # hierarchical models, one per server (KNEE_FEATURE); without a ``prefill_knee`` column
     # (the knee not yet known) the knee-free value, which sets the feature's scale
-    "prefill_excess": lambda u: (u["verifier_params_b"] * (
-        theory.prefill_excess(u["prefill_tokens"], u["prefill_knee"])
-        if "prefill_knee" in u else u["prefill_tokens"])).to_numpy(float),
+    "prefill_excess": lambda u: np.asarray(
+        excess_arithmetic(u["verifier_params_b"], u["prefill_tokens"], u["prefill_knee"])
+        if "prefill_knee" in u else u["verifier_params_b"] * u["prefill_tokens"], dtype=float),
 }
+def excess_arithmetic(size, prefill_tokens, knee):
+    """The ``prefill_excess`` feature: the verifier's size times the prompt's tokens past the
+    knee (:func:`bayeslat.theory.prefill_excess`); NumPy, pandas or PyTensor knees alike."""
+    return size * theory.prefill_excess(prefill_tokens, knee)
+
+
 # The feature with a roofline knee, which the hierarchical models sample per server (prior:
 # ``prefill_knee``).
 KNEE_FEATURE = "prefill_excess"

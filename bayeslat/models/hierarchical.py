@@ -302,9 +302,9 @@ class HierarchicalModel(LatencyModel):
         if feature is None:
             return x
         knee = self.knees() if fresh is None else pt.concatenate([self.knees(), fresh])
-        column = (units["verifier_params_b"].to_numpy(float)
-                  * theory.prefill_excess(units["prefill_tokens"].to_numpy(float),
-                                          knee[knee_idx]) / self.scales[coef][feature])
+        column = scaling.excess_arithmetic(units["verifier_params_b"].to_numpy(float),
+                                           units["prefill_tokens"].to_numpy(float),
+                                           knee[knee_idx]) / self.scales[coef][feature]
         return pt.set_subtensor(pt.as_tensor(x)[:, list(self.scales[coef]).index(feature)],
                                 column)
 
