@@ -388,9 +388,9 @@ def _new_setup_warning(table: pd.DataFrame, setup) -> str:
     if outside:
         text += ("; " + "; ".join(outside) + ": the laws extrapolate there (held out on the "
                  "shipped example, a verifier at either end of the size range came out 2.6 "
-                 "times too slow, a whole workload 6.5–13% off and more near capacity; `bayeslat "
-                 "validate --split workload,verifier` checks your sweep): measure it before "
-                 "deciding")
+                 "times too slow, a whole workload 6.5–51% off (median 5–18%), most near "
+                 "capacity; `bayeslat validate --split workload,verifier` checks your "
+                 "sweep): measure it before deciding")
     return text
 
 

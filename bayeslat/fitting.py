@@ -73,11 +73,13 @@ def likelihood_line(idata) -> str:
 
 
 def spreads_line(model) -> str:
-    """One line naming the coefficients whose spread ``tau`` is fixed, not sampled (their
-    level has fewer units than the ``tau_min_units`` prior); empty where none is."""
+    """One line naming the coefficients whose spread ``tau`` is fixed, not sampled, because
+    their level has fewer units than the ``tau_min_units`` prior (not those the variant always
+    fixes); empty where none is."""
     if model.per_configuration:
         return ""
-    fixed = [c for c in model.coef_names if model.fixed_tau(c) is not None]
+    fixed = [c for c in model.coef_names
+             if model.fixed_tau(c) is not None and c not in model.fixed_spread]
     if not fixed:
         return ""
     counts = {dim: len(units) for dim, units in model.units.items()}

@@ -38,11 +38,15 @@ from bayeslat.errors import InputError
 COEFS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 VERIFIER_COEFS = ("c1p", "c1v", "c2p", "c2v")
 DRAFTER_COEFS = ("c1d", "c2d")
-# The compute wall of the ``capacity`` variants (bayeslat.theory): per group, the compute time
-# of a request's prefill ``c3p`` (s per request), of one verified token ``c3v`` (s per token),
-# and the dimensionless queueing factor ``q`` (Pollaczek–Khinchine ``(1 + c_s²)/2``).
-COMPUTE_COEFS = ("c3p", "c3v")
+# The compute wall of the ``capacity`` variants (bayeslat.theory.compute_coefficient): per
+# group, the compute time of a request's prefill ``c3p`` (s per request), of one verified token
+# ``c3v`` (s per token) and the time to read one token of KV cache ``c3r`` (s per context
+# token and verify cycle); per drafter in its group, the compute time of one drafted token
+# ``c3d`` (s per token).
+COMPUTE_COEFS = ("c3p", "c3v", "c3d", "c3r")
 ALL_COEFS = COEFS + COMPUTE_COEFS
+# The coefficients of a drafter in its group (dim ``draft``); the others are a group's.
+PER_DRAFT = DRAFTER_COEFS + ("c3d",)
 INTERCEPT = "intercept"
 
 # Raw features a coefficient can scale with, computed from a table of units (groups or drafters).
@@ -87,9 +91,12 @@ DEFAULT_DESIGN: dict[str, tuple[str, ...]] = {
     "c2p": ("verifier_params_b", "prefill_excess"),
     "c2v": ("verifier_params_b", "kv_tokens"),
     "c2d": ("drafter_params_b",),
-    # compute per token grows with the verifier's size; a prefill's with size × prompt length
+    # compute per token grows with the verifier's size; a prefill's with size × prompt length;
+    # the KV cache's bytes per token with the size (its layers and heads)
     "c3p": ("prefill_compute",),
     "c3v": ("verifier_params_b",),
+    "c3d": ("drafter_params_b",),
+    "c3r": ("verifier_params_b",),
 }
 
 DEFAULT_PRIORS: dict[str, Any] = {
@@ -98,8 +105,9 @@ DEFAULT_PRIORS: dict[str, Any] = {
     "beta_scale": {"c1p": 0.5, "c1v": 0.1, "c1d": 0.02, "c2p": 0.1, "c2v": 0.005,
                    "c2d": 0.002,
                    # s per request (a 70B prefill of 1k tokens: ~0.3 s), s per verified token
-                   # (8B on an H100: ~3e-5)
-                   "c3p": 0.5, "c3v": 0.001},
+                   # (8B on an H100: ~3e-5) or drafted token, s per context token read (8B
+                   # on an H100: ~3e-8)
+                   "c3p": 0.5, "c3v": 0.001, "c3d": 0.001, "c3r": 1e-6},
     # Prior mean of the sd of the log group deviations (0.25: typical factor 1.3), a
     # Gamma(2, 2/mean) that keeps away from 0, where few groups would leave a funnel.
     "tau_mean": 0.25,
@@ -139,6 +147,12 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # Prior mean (of a Gamma(5, 5/mean)) of the scatter of the measured ceiling (throughput
     # benchmark) around the model's capacity, on the log scale (0.05 = 5%).
     "ceiling_sigma_mean": 0.05,
+    # Least scatter of a measured ceiling around the model's capacity, in log terms: the
+    # scatter is hypot(sigma_ceiling, floor). A finite throughput benchmark does not measure
+    # its ceiling closer than this, and where the walls' law fits the ceilings closely (the
+    # example's, to 0.2%), a scatter free to reach them funnelled with the walls (bulk ESS
+    # 286 in 12,000 draws; benchmarks/README.md, thirty-second session).
+    "ceiling_sigma_floor": 0.01,
     # HalfNormal scale of the log shortfall of the measured ceilings below the model's
     # capacity, one shared by every configuration; 0: none. A throughput benchmark counts its
     # completions over the whole run, its fill and drain included, so it delivers at most the
@@ -196,10 +210,10 @@ class ScalingConfig:
             if unknown:
                 raise InputError(f"unknown feature(s) {', '.join(unknown)}; use any of "
                                  f"{', '.join(FEATURES)}", field=f"design.{coef}")
-            if KNEE_FEATURE in feats and coef in DRAFTER_COEFS:
+            if KNEE_FEATURE in feats and coef in PER_DRAFT:
                 raise InputError(f"{KNEE_FEATURE} has a knee per server, a verifier on its "
                                  "hardware; use it for the verifier coefficients "
-                                 f"({', '.join(VERIFIER_COEFS + COMPUTE_COEFS)})",
+                                 f"({', '.join(c for c in ALL_COEFS if c not in PER_DRAFT)})",
                                  field=f"design.{coef}")
         unknown = [c for c in self.noncentered if c not in ALL_COEFS]
         if unknown:

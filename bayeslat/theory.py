@@ -35,10 +35,12 @@ queue as the waiting time of an M/G/1 server whose service time is the compute a
 
 .. math::
     L = \frac{C_1}{1 - \mathrm{rps}\,C_2} + Q\,C_3\,\frac{\rho}{1 - \rho}, \qquad
-    \rho = \mathrm{rps}\,C_3, \qquad C_3 = c_{3p} + \tfrac{g}{E}(k+1)\,c_{3v},
+    \rho = \mathrm{rps}\,C_3, \qquad
+    C_3 = c_{3p} + \tfrac{g}{E}\bigl((k+1)\,c_{3v} + k\,c_{3d} + (p + g/2)\,c_{3r}\bigr),
 
-``C3`` (s per request) the compute time of one request at full utilisation (its prefill plus the
-``k+1`` tokens verified per cycle), ``Q`` the dimensionless Pollaczek–Khinchine factor
+``C3`` (s per request) the compute time of one request at full utilisation (its prefill, the
+``k+1`` tokens scored and ``k`` drafted per verify cycle, and each cycle's read of its KV cache,
+:func:`compute_coefficient`), ``Q`` the dimensionless Pollaczek–Khinchine factor
 (``(1 + c_s^2)/2`` for a service time with squared coefficient of variation ``c_s^2``). The
 capacity is ``1/max(C2, C3)``. With ``Q = 0`` or ``C3 = 0`` it is the paper's model; every
 function below takes ``c3`` and ``q`` with default 0 for that.
@@ -178,9 +180,18 @@ def effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k, decode_tokens
     return c1p + cycles * (c1v + k * c1d), c2p + cycles * (c2v + k * c2d)
 
 
-def compute_coefficient(c3p, c3v, alpha, k, decode_tokens):
+def compute_coefficient(c3p, c3v, c3d, c3r, alpha, k, prefill_tokens, decode_tokens):
     r"""Compute time of one request at full utilisation,
-    :math:`C_3 = c_{3p} + \tfrac{g}{E}(k+1)\,c_{3v}`.
+
+    .. math:: C_3 = c_{3p} + \tfrac{g}{E}\bigl((k+1)\,c_{3v} + k\,c_{3d}
+              + (p + g/2)\,c_{3r}\bigr).
+
+    Past the roofline knee a step's weight GEMMs are compute-bound, so each of the ``k + 1``
+    tokens a verify cycle scores costs the verifier's arithmetic and each of the ``k`` it
+    drafts the drafter's; attention stays memory-bound, so each cycle also reads the request's
+    KV cache once, ``p + g/2`` tokens on average over the decode. The kernels run one after
+    another: their times add (a wall without the reads grew with the output length and missed
+    a short-output workload's walls by up to 60%; benchmarks/README.md, thirty-second session).
 
     Parameters
     ----------
@@ -188,14 +199,22 @@ def compute_coefficient(c3p, c3v, alpha, k, decode_tokens):
         Compute time of a request's prefill (s per request).
     c3v
         Compute time of one verified token (s per token); a verify cycle scores ``k + 1``.
+    c3d
+        Compute time of one drafted token (s per token); a verify cycle drafts ``k``.
+    c3r
+        Time to read one token of KV cache (s per context token and verify cycle).
     alpha, k, decode_tokens
         As in :func:`effective_coefficients`.
+    prefill_tokens
+        Prompt tokens per request, ``p``.
 
     Returns
     -------
     ``C3`` in seconds per request: ``1/C3`` is the compute-bound capacity (req/s).
     """
-    return c3p + decode_tokens / tokens_per_cycle(alpha, k) * (k + 1.0) * c3v
+    cycles = decode_tokens / tokens_per_cycle(alpha, k)
+    return c3p + cycles * ((k + 1.0) * c3v + k * c3d
+                           + (prefill_tokens + 0.5 * decode_tokens) * c3r)
 
 
 def latency(rps, c1, c2, c3=0.0, q=0.0):

@@ -130,6 +130,30 @@ def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c3v_nonce
         log_q, groups.reindex(model.rows.drop_duplicates("config")["group"]).to_numpy())
 
 
+def test_capacity_wall_scores_drafts_and_reads_the_kv_cache_per_cycle():
+    """The compute wall's law: ``c3r`` (a KV-cache read per context token and cycle) per
+    group, ``c3d`` (a drafted token's arithmetic) per drafter, both with their spread fixed
+    at ``tau_mean`` however many units there are (sampled, they ran along the ridge the walls
+    leave with ``c3v``), not reported as fixed for want of units. Each group's start puts
+    its configurations' walls below every measured rate."""
+    many = ScalingConfig(priors=scaling.DEFAULT_PRIORS | {"tau_min_units": 1})
+    model = get("capacity")(table("capacity"), many)
+    built = model.build()
+    free = {v.name for v in built.free_RVs}
+    assert built.named_vars_to_dims["c3d"] == ("draft",)
+    assert built.named_vars_to_dims["c3r"] == ("group",)
+    assert not {"tau_c3d", "tau_c3r"} & free and {"tau_c3v", "tau_c3p"} <= free
+    assert model.fixed_tau("c3d") == model.fixed_tau("c3r") == model.config.prior("tau_mean")
+    line = fitting.spreads_line(get("capacity")(table("capacity")))
+    assert "c3p" in line and "c3d" not in line and "c3r" not in line
+    start = model.unit_start()
+    assert all((start[q] > 0).all() for q in scaling.COMPUTE_COEFS)
+    rows = model.rows
+    c3 = model._compute(start, rows, *model.positions(rows))
+    assert (rows["rps"].to_numpy() * c3 <= MAX_LOAD + 1e-9).all()
+    assert np.isfinite(model.check_start(built))
+
+
 def test_memory_slopes_are_one_pair_in_coordinates_with_unit_jacobian(fitted):
     """The scaling variants sample each group's ``(log c2p, log c2v)`` as one variable whose
     sampler coordinates are ``(log(c2p + g·m·c2v), log c2p − log(g·m·c2v))``: the map and its
@@ -464,7 +488,7 @@ def test_group_coefficients_deviate_per_server_then_per_group():
     np.testing.assert_allclose(basis.T @ law, 0.0, atol=1e-9)
     built = model.build()
     per_server = {v.name for v in built.free_RVs if v.name.startswith("u_")}
-    assert per_server == {f"u_{c}" for c in ("c1p", "c1v", "c2p", "c2v", "c3p", "c3v")}
+    assert per_server == {f"u_{c}" for c in ("c1p", "c1v", "c2p", "c2v", "c3p", "c3v", "c3r")}
     assert all(built.named_vars_to_dims[n] == ("server_contrast",) for n in per_server)
     assert np.isfinite(model.check_start(built))
     # the per-token decode cost non-centred in the paper's variant where its spread is sampled
@@ -488,7 +512,7 @@ def test_group_coefficients_deviate_per_server_then_per_group():
     for new, drawn in ((known, False), (fresh, True)):
         names = {v.name for v in two.build(prepare(new)).free_RVs}
         assert {n for n in names if n.startswith("new_u_")} == (
-            {f"new_u_{c}" for c in ("c1p", "c1v", "c2p", "c2v", "c3p", "c3v")} if drawn
+            {f"new_u_{c}" for c in ("c1p", "c1v", "c2p", "c2v", "c3p", "c3v", "c3r")} if drawn
             else set())
     assert get("hierarchical")(two.table).centred("c1v")
     alone = get("hierarchical")(three[three["verifier"] == "llama-8b"])
@@ -564,12 +588,14 @@ def test_spreads_of_levels_with_few_units_are_fixed_at_their_prior_mean(variant)
     assert not free & {f"tau_{c}" for c in coefs}
     assert all(model.fixed_tau(c) == model.config.prior("tau_mean") for c in coefs)
     assert np.isfinite(model.check_start(model.build()))
-    # the same data with the threshold lowered: every spread sampled, and started
+    # the same data with the threshold lowered: every spread sampled, and started, but those
+    # the variant always fixes
     config = ScalingConfig.from_dict({"priors": {"tau_min_units": 4}})
     model = get(variant)(table(variant), config=config)
-    assert {f"tau_{c}" for c in coefs} <= {rv.name for rv in model.build().free_RVs}
-    assert all(model.fixed_tau(c) is None for c in coefs)
-    assert {f"tau_{c}" for c in coefs} <= set(model.start())
+    sampled = [c for c in coefs if c not in model.fixed_spread]
+    assert {f"tau_{c}" for c in sampled} <= {rv.name for rv in model.build().free_RVs}
+    assert all(model.fixed_tau(c) is None for c in sampled)
+    assert {f"tau_{c}" for c in sampled} <= set(model.start())
     assert np.isfinite(model.check_start(model.build()))
 
 

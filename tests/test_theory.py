@@ -263,10 +263,17 @@ class TestCapacity:
         assert np.isposinf(theory.wall_sensitivity(60.0, 1.0, 0.01, 0.02, 2.0))
 
     def test_compute_coefficient(self):
-        # prefill plus g/E cycles of k + 1 verified tokens; E = 2.3125 at alpha 0.75, k 2
-        got = theory.compute_coefficient(0.01, 1e-4, 0.75, 2, 128)
-        assert got == pytest.approx(0.01 + 128 / 2.3125 * 3 * 1e-4)
-        assert theory.compute_coefficient(0.01, 1e-4, 0.9, 0, 128) == pytest.approx(0.0228)
+        # prefill plus g/E cycles, each scoring k + 1 tokens and reading the KV cache of
+        # p + g/2 tokens on average; E = 2.3125 at alpha 0.75, k 2
+        got = theory.compute_coefficient(0.01, 1e-4, 1e-5, 2e-8, 0.75, 2, 256, 128)
+        assert got == pytest.approx(0.01 + 128 / 2.3125 * (3 * 1e-4 + 2 * 1e-5 + 320 * 2e-8))
+        assert theory.compute_coefficient(0.01, 1e-4, 1e-5, 0.0, 0.9, 0, 256, 128) == (
+            pytest.approx(0.0228))
+        # the reads shrink with the cycles as the acceptance grows
+        reads = [theory.compute_coefficient(0.0, 0.0, 0.0, 1e-8, a, 4, 256, 128)
+                 for a in (0.5, 0.9)]
+        assert reads[1] / reads[0] == pytest.approx(theory.tokens_per_cycle(0.5, 4)
+                                                    / theory.tokens_per_cycle(0.9, 4))
 
     def test_numeric_break_even_matches_the_closed_form(self):
         # a wall far above the baseline's capacity changes nothing: the numeric path agrees

@@ -57,9 +57,10 @@ from bayeslat.files import atomic_output
 from bayeslat.scaling import ScalingConfig
 from bayeslat.version import __version__
 
-# Version of the fit file: 6 since the hierarchical variants' server deviations (u_<coef>),
-# without which an older fit of several servers would predict new groups from their prior.
-FORMAT = 6
+# Version of the fit file: 7 since the capacity variant's wall reads the KV cache and runs the
+# drafter (c3r, c3d), which an older capacity fit lacks (6: the hierarchical variants' server
+# deviations, u_<coef>).
+FORMAT = 7
 # Headroom (1 − rps·C2) around which the barrier takes over from the exact formula.
 BARRIER_WIDTH = 0.002
 # The group of a saved fit that holds its PSIS-LOO (psis_loo).
@@ -551,9 +552,11 @@ class LatencyModel:
         log_cap = -pt.log(pt.maximum(parts["C2"], parts["C3"]))[idx]
         # Gamma(5, 5/mean) keeps well away from 0 (P(< mean/5) ≈ 0.0004): a sweep has one
         # ceiling per configuration, too few on a small sweep to pin a scale that could
-        # otherwise collapse onto them (a funnel, and divergences)
+        # otherwise collapse onto them (a funnel, and divergences); the floor keeps the walls
+        # from collapsing onto them where the sweep has many (ceiling_sigma_floor)
         mean = self.config.prior("ceiling_sigma_mean")
         sigma = pm.Gamma("sigma_ceiling", alpha=5.0, beta=5.0 / mean)
+        sigma = (sigma**2 + self.config.prior("ceiling_sigma_floor") ** 2) ** 0.5
         observed = pm.Data("log_ceiling_obs", np.log(self.ceilings["rps"].to_numpy(float)),
                            dims="ceiling")
         shortfall_sd = self.config.prior("ceiling_shortfall_sd")

@@ -25,17 +25,23 @@ engine simulator the 70B's ceilings with 512-token outputs lie 4–10% below the
 constant-rate benchmarks sustain, the 1B's and 8B's within 1–3%; fitted, ``δ`` is 0.024 on the
 70B sweep and near 0 on the others (benchmarks/README.md, twenty-first session).
 
-``capacity`` is :mod:`~bayeslat.models.hierarchical` with two more coefficients per group,
-under the same linear scaling priors (:mod:`bayeslat.scaling`: ``c3p`` with the prefill's
-arithmetic, ``c3v`` with the verifier's size), a wall per configuration that scatters
-log-normally around its group's compute time, and a queue factor per configuration around its
-group's stage-1 value,
+``capacity`` is :mod:`~bayeslat.models.hierarchical` with three more coefficients per group
+and one more per drafter, under the same linear scaling priors (:mod:`bayeslat.scaling`:
+``c3p`` with the prefill's arithmetic, ``c3v`` and ``c3r`` with the verifier's size, ``c3d``
+with the drafter's), a wall per configuration that scatters log-normally around its group's
+compute time, and a queue factor per configuration around its group's stage-1 value,
 
 .. math::
-    \log C_{3c} \sim N\bigl(\log(c_{3p} + \tfrac{g}{E}\,(k+1)\,c_{3v}),\ s_{C3}\bigr),
+    \log C_{3c} \sim N\bigl(\log(c_{3p} + \tfrac{g}{E}\,((k+1)\,c_{3v} + k\,c_{3d}
+    + (p + g/2)\,c_{3r})),\ s_{C3}\bigr),
     \qquad \log Q_c \sim N\bigl(\log \hat Q_{j(c)},\ \tau_Q\bigr), \quad \tau_Q = 0.5,
 
-a request's prefill plus the ``k+1`` tokens each of its ``g/E`` verify cycles scores. The walls'
+a request's prefill plus, in each of its ``g/E`` verify cycles, the ``k+1`` tokens it scores,
+the ``k`` it drafts and the read of its KV cache (:func:`~bayeslat.theory.compute_coefficient`).
+Without the reads the law's per-request intercept grew with the output length and a held-out
+short-output workload's walls came out up to 60% too slow (benchmarks/README.md,
+thirty-second session). The walls tell ``c3v``, ``c3d`` and ``c3r`` apart only across
+groups, so the spreads of the last two are fixed (:attr:`CapacityModel.fixed_spread`). The walls'
 spread :math:`s_{C3} = (\tau_{C3}^2 + f^2)^{1/2}` has a floor ``f`` (the ``wall_spread_floor``
 prior, 2%): no law places a wall closer than a benchmark measures it, and where a sweep's walls
 all lie near their law (the engine simulator's Llama-1B), a spread free to reach 0 funnelled.
@@ -122,6 +128,8 @@ from bayeslat.scaling import ScalingConfig
 # out, against 9% and 13%), and its short-output folds still put 61-74 points past capacity:
 # there the walls' law misses, not the stall (benchmarks/README.md, thirty-first session).
 CAPACITY_STALL = ("verifier_params_b", "prefill_compute")
+# A configuration's columns the compute time takes (theory.compute_coefficient), in order.
+COMPUTE_INPUTS = ("alpha0", "k", "prefill_tokens", "decode_tokens")
 # Start of the queueing factor: a little below exponential service (Q = 1).
 Q_START = 0.5
 # Least stage-1 queue factor: below it the queue's wait at 95% of the wall is under a fifth of
@@ -199,6 +207,14 @@ class CapacityModel(HierarchicalModel):
     coef_names = scaling.ALL_COEFS
     # c1v centred with its server contrasts: 1,500 draws at 189 steps, non-centred 1,875 at 251
     contrast_noncentered = ()
+    # Within a group the walls tell only c3v + c3d (per drafted token) and c3v + (p + g/2)·c3r
+    # (per cycle) apart; with all three spreads sampled the fit ran along that ridge (bulk
+    # ESS 21 in 500 draws, a divergence), and with c3d's fixed it still did (ESS 91 in 1,900
+    # draws, a divergence). A drafted token's arithmetic and a context token's read are the
+    # drafter's, the verifier's and the hardware's, not the workload's: with both spreads fixed
+    # at tau_mean, as every spread is in a fold of nine groups (benchmarks/README.md,
+    # thirty-second session).
+    fixed_spread = ("c3d", "c3r")
 
     @classmethod
     def default_config(cls) -> ScalingConfig:
@@ -209,6 +225,10 @@ class CapacityModel(HierarchicalModel):
                              priors=copy.deepcopy(scaling.DEFAULT_PRIORS)
                              | {"ceiling_shortfall_sd": 0.05},
                              noncentered=("c1p", "c2d", "c3v"))
+
+    def curve_inputs(self, curves):
+        return super().curve_inputs(curves) | {
+            "prefill_tokens": curves["prefill_tokens"].to_numpy(float)}
 
     def setup(self, scales):
         super().setup(scales)
@@ -225,6 +245,8 @@ class CapacityModel(HierarchicalModel):
         c = {coef: vectors[coef][index[_dim(coef)]] for coef in self.coef_names}
         alpha, k, g = data["alpha"], data["k"], data["decode_tokens"]
         c1, c2 = theory.effective_coefficients(*(c[q] for q in scaling.COEFS), alpha, k, g)
+        law = theory.compute_coefficient(*(c[q] for q in scaling.COMPUTE_COEFS), alpha, k,
+                                         data["prefill_tokens"], g)
         # each configuration's wall around its group's compute time, its queue factor around
         # its group's stage-1 value: the fitted configurations' values, then new ones'
         compute = self._group_compute(vectors)
@@ -238,9 +260,8 @@ class CapacityModel(HierarchicalModel):
         index = pm.Data("config_idx", cidx, dims=dim)
         tau_c3 = self.wall_spread(pm.Gamma("tau_C3", alpha=2.0,
                                            beta=2.0 / self.config.prior("tau_mean")))
-        fitted_c3, log_c3 = self._per_config("C3", tau_c3, pt.log(compute), pt.log(
-            theory.compute_coefficient(c["c3p"], c["c3v"], alpha, k, g))[first],
-            transform=headroom_transform(log_top))
+        fitted_c3, log_c3 = self._per_config("C3", tau_c3, pt.log(compute), pt.log(law)[first],
+                                             transform=headroom_transform(log_top))
         # Q around its group's stage-1 value, sampled as the queue's wait near the top rate
         # (log Q + queue_shift); a new configuration of a group never measured gets the
         # groups' mean, with their spread added. The shift takes the fitted walls alone: were
@@ -284,12 +305,13 @@ class CapacityModel(HierarchicalModel):
             pick = xr.DataArray(np.maximum(cidx - len(self.configs), 0), dims="obs")
             z_c3, z_q = (xr.DataArray(one, dims=("chain", "draw", "new")).isel(new=pick)
                          for one in z)
-            gidx = xr.DataArray(index[0], dims="obs")
+            at = {dim: xr.DataArray(i, dims="obs") for dim, i in zip(("group", "draft"), index,
+                                                                      strict=True)}
             column = {name: xr.DataArray(rows[name].to_numpy(float), dims="obs")
-                      for name in ("alpha0", "k", "decode_tokens")}
+                      for name in COMPUTE_INPUTS}
             compute = theory.compute_coefficient(
-                post["c3p"].isel(group=gidx), post["c3v"].isel(group=gidx), column["alpha0"],
-                column["k"], column["decode_tokens"]).drop_vars("group")
+                *(post[q].isel({_dim(q): at[_dim(q)]}).drop_vars(_dim(q))
+                  for q in scaling.COMPUTE_COEFS), *column.values())
             queue = xr.DataArray(self.queue_factors().reindex(rows["group"]).to_numpy(),
                                  dims="obs")
             is_new = xr.DataArray(cidx >= len(self.configs), dims="obs")
@@ -368,13 +390,20 @@ class CapacityModel(HierarchicalModel):
                                                                 else tau_new) * z])
 
     def _group_compute(self, values):
-        """Each fitted configuration's group compute time ``C3`` from the per-group ``c3p``,
-        ``c3v`` in ``values`` (tensors or arrays)."""
+        """Each fitted configuration's group compute time ``C3`` from the per-unit ``c3*`` in
+        ``values`` (tensors or arrays)."""
         fitted = self.rows.drop_duplicates("config")
-        fg, _ = self.positions(fitted)
-        return theory.compute_coefficient(
-            values["c3p"][fg], values["c3v"][fg], fitted["alpha0"].to_numpy(float),
-            fitted["k"].to_numpy(float), fitted["decode_tokens"].to_numpy(float))
+        return self._compute(values, fitted, *self.positions(fitted))
+
+    @staticmethod
+    def _compute(values, rows, gidx, didx):
+        """The compute time ``C3`` of ``rows`` from the per-unit ``c3*`` in ``values``
+        (tensors or arrays), each row's group and drafter at ``gidx``, ``didx``."""
+        index = {"group": gidx, "draft": didx}
+        return theory.compute_coefficient(*(values[q][index[_dim(q)]]
+                                            for q in scaling.COMPUTE_COEFS),
+                                          *(rows[name].to_numpy(float)
+                                            for name in COMPUTE_INPUTS))
 
     def start(self):
         out = super().start()
@@ -388,32 +417,44 @@ class CapacityModel(HierarchicalModel):
                       "log_Q_wait": log_q + queue_shift(log_c3, np.log(self.queue_rates()))}
 
     def unit_start(self):
-        """The six coefficients' start, then ``c3p``, ``c3v`` per group by non-negative least
-        squares on the configurations' ``C3`` starts, shrunk until every observed point is
-        below :data:`~bayeslat.models.start.MAX_LOAD` of the compute capacity."""
+        """The six coefficients' start, then the compute wall's ``c3p``, ``c3v``, ``c3r`` per
+        group and ``c3d`` per drafter in it by non-negative least squares on the
+        configurations' ``C3`` starts, shrunk until every observed point is below
+        :data:`~bayeslat.models.start.MAX_LOAD` of the compute capacity."""
+        from scipy.optimize import nnls
+
         out = super().unit_start()
         rows = self.rows
         codes, _ = pd.factorize(rows["config"])
         c3 = _compute_start(self)
         cfg = rows.groupby(codes).first().loc[c3.index]
-        tokens = (cfg["decode_tokens"] / theory.tokens_per_cycle(cfg["alpha0"], cfg["k"])
-                  * (cfg["k"] + 1)).to_numpy()
-        groups = self.units["group"].index
-        c3p, c3v = np.zeros(len(groups)), np.zeros(len(groups))
+        k = cfg["k"].to_numpy(float)
+        cycles = (cfg["decode_tokens"] / theory.tokens_per_cycle(cfg["alpha0"], k)).to_numpy()
+        reads = cycles * (cfg["prefill_tokens"] + 0.5 * cfg["decode_tokens"]).to_numpy()
+        units = self.units
+        start = {q: np.zeros(len(units[_dim(q)])) for q in scaling.COMPUTE_COEFS}
         for label in cfg["group"].unique():
-            j, m = groups.get_loc(label), (cfg["group"] == label).to_numpy()
-            # c3p + tokens·c3v ≈ C3, relative least squares (no drafts: one "draft" column empty)
-            c3p[j], c3v[j], _ = st.stage_coefficients(tokens[m], np.zeros(m.sum()),
-                                                      np.zeros(m.sum(), dtype=int),
-                                                      c3.to_numpy()[m], 0)
-        c3p, c3v = st.floor_positive(c3p), st.floor_positive(c3v)
-        gidx = groups.get_indexer(rows["group"])
-        row_tokens = (rows["decode_tokens"] / theory.tokens_per_cycle(rows["alpha0"], rows["k"])
-                      * (rows["k"] + 1)).to_numpy()
-        load = pd.Series(rows["rps"].to_numpy() * (c3p[gidx] + row_tokens * c3v[gidx]))
+            m = (cfg["group"] == label).to_numpy()
+            local, drafts = pd.factorize(cfg.loc[m, "draft"])
+            # C3 ≈ c3p + cycles·((k+1)·c3v + k·c3d[draft]) + reads·c3r, relative least squares
+            design = np.zeros((m.sum(), 3 + len(drafts)))
+            design[:, :3] = np.column_stack([np.ones(m.sum()), cycles[m] * (k[m] + 1), reads[m]])
+            design[np.arange(m.sum()), 3 + local] = cycles[m] * k[m]
+            coef, _ = nnls(design / c3.to_numpy()[m, None], np.ones(m.sum()))
+            j = units["group"].index.get_loc(label)
+            start["c3p"][j], start["c3v"][j], start["c3r"][j] = coef[:3]
+            for i, draft in enumerate(drafts):
+                if draft in units["draft"].index:  # not the baseline's "none"
+                    start["c3d"][units["draft"].index.get_loc(draft)] = coef[3 + i]
+        start = {q: st.floor_positive(v) for q, v in start.items()}
+        gidx, didx = self.positions(rows)
+        load = pd.Series(rows["rps"].to_numpy() * self._compute(start, rows, gidx, didx))
         shrink = np.minimum(1.0, st.MAX_LOAD / load.groupby(gidx).max().reindex(
-            range(len(groups))).fillna(1.0).to_numpy())
-        return out | {"c3p": c3p * shrink, "c3v": c3v * shrink}
+            range(len(units["group"]))).fillna(1.0).to_numpy())
+        draft_group = units["group"].index.get_indexer(
+            rows.drop_duplicates("draft").set_index("draft").loc[units["draft"].index, "group"])
+        return out | {q: v * shrink[draft_group if _dim(q) == "draft" else slice(None)]
+                      for q, v in start.items()}
 
 
 class DenseCapacityModel(DenseModel):

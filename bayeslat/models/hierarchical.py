@@ -152,7 +152,7 @@ def memory_pair(log_weight):
 
 
 def _dim(coef: str) -> str:
-    return "draft" if coef in scaling.DRAFTER_COEFS else "group"
+    return "draft" if coef in scaling.PER_DRAFT else "group"
 
 
 class HierarchicalModel(LatencyModel):
@@ -169,6 +169,9 @@ class HierarchicalModel(LatencyModel):
     # example's workload folds: 155–237 s a fit, one not converged). The capacity variant
     # mixes faster centred (1,500 draws at 189 steps against 1,875 at 251): empty there.
     contrast_noncentered: tuple[str, ...] = ("c1v",)
+    # Coefficients whose spread is fixed at the tau_mean prior however many units there are
+    # (:meth:`fixed_tau`): none here.
+    fixed_spread: tuple[str, ...] = ()
 
     def features(self, coef: str) -> tuple[str, ...]:
         """The features ``coef`` scales with (intercept first)."""
@@ -415,8 +418,11 @@ class HierarchicalModel(LatencyModel):
 
     def fixed_tau(self, coef: str) -> float | None:
         """The spread ``tau`` of ``coef``'s log deviations where it is fixed (``tau_mean``:
-        its level has fewer units than the ``tau_min_units`` prior), None where it is
-        sampled (or was, by a fit written before the prior existed)."""
+        the variant fixes it, :attr:`fixed_spread`, or its level has fewer units than the
+        ``tau_min_units`` prior), None where it is sampled (or was, by a fit written before
+        the prior existed)."""
+        if coef in self.fixed_spread:
+            return float(self.config.prior("tau_mean"))
         if (len(self.units[_dim(coef)]) >= self.config.prior("tau_min_units")
                 or (self.fitted and f"tau_{coef}" in self.posterior)):
             return None
