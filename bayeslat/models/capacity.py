@@ -451,10 +451,8 @@ class CapacityModel(HierarchicalModel):
         load = pd.Series(rows["rps"].to_numpy() * self._compute(start, rows, gidx, didx))
         shrink = np.minimum(1.0, st.MAX_LOAD / load.groupby(gidx).max().reindex(
             range(len(units["group"]))).fillna(1.0).to_numpy())
-        draft_group = units["group"].index.get_indexer(
-            rows.drop_duplicates("draft").set_index("draft").loc[units["draft"].index, "group"])
-        return out | {q: v * shrink[draft_group if _dim(q) == "draft" else slice(None)]
-                      for q, v in start.items()}
+        per_unit = {"group": slice(None), "draft": self.draft_groups()}
+        return out | {q: v * shrink[per_unit[_dim(q)]] for q, v in start.items()}
 
 
 class DenseCapacityModel(DenseModel):

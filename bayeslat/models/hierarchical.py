@@ -551,11 +551,14 @@ class HierarchicalModel(LatencyModel):
         shrink = np.minimum(1.0, st.MAX_LOAD / load.reindex(range(len(c["c2p"]))).fillna(1.0))
         shrink = shrink.to_numpy()
         c["c2p"], c["c2v"] = c["c2p"] * shrink, c["c2v"] * shrink
-        draft_group = self.units["group"].index.get_indexer(
+        c["c2d"] = c["c2d"] * shrink[self.draft_groups()]
+        return c
+
+    def draft_groups(self) -> np.ndarray:
+        """Each fitted drafter's position among the fitted groups (dim ``draft`` → ``group``)."""
+        return self.units["group"].index.get_indexer(
             self.rows.drop_duplicates("draft").set_index("draft").loc[
                 self.units["draft"].index, "group"])
-        c["c2d"] = c["c2d"] * shrink[draft_group]
-        return c
 
     def knee_start(self, c2p: np.ndarray) -> np.ndarray:
         """Each server's knee where the start's stalls ``c2p`` (per group) put it: from the
