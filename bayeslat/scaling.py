@@ -57,7 +57,8 @@ FEATURES = {
     "prefill_tokens": lambda u: u["prefill_tokens"].to_numpy(float),
     "decode_tokens": lambda u: u["decode_tokens"].to_numpy(float),
     # time-averaged KV length over a request's decode
-    "kv_tokens": lambda u: (u["prefill_tokens"] + 0.5 * u["decode_tokens"]).to_numpy(float),
+    "kv_tokens": lambda u: theory.mean_context(u["prefill_tokens"], u["decode_tokens"]).to_numpy(
+        float),
     # arithmetic of a prefill: proportional to model size times prompt length
     "prefill_compute": lambda u: (u["verifier_params_b"] * u["prefill_tokens"]).to_numpy(float),
     # ... past the GPU's roofline knee (theory.prefill_excess): the knee is a parameter of the

@@ -62,6 +62,7 @@ __all__ = [
     "effective_coefficients",
     "prefill_excess",
     "compute_coefficient",
+    "mean_context",
     "latency",
     "evenly_spaced",
     "staircase_offset",
@@ -180,6 +181,11 @@ def effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k, decode_tokens
     return c1p + cycles * (c1v + k * c1d), c2p + cycles * (c2v + k * c2d)
 
 
+def mean_context(prefill_tokens, decode_tokens):
+    """The KV cache's length averaged over a request's decode, ``p + g/2`` (tokens)."""
+    return prefill_tokens + 0.5 * decode_tokens
+
+
 def compute_coefficient(c3p, c3v, c3d, c3r, alpha, k, prefill_tokens, decode_tokens):
     r"""Compute time of one request at full utilisation,
 
@@ -214,7 +220,7 @@ def compute_coefficient(c3p, c3v, c3d, c3r, alpha, k, prefill_tokens, decode_tok
     """
     cycles = decode_tokens / tokens_per_cycle(alpha, k)
     return c3p + cycles * ((k + 1.0) * c3v + k * c3d
-                           + (prefill_tokens + 0.5 * decode_tokens) * c3r)
+                           + mean_context(prefill_tokens, decode_tokens) * c3r)
 
 
 def latency(rps, c1, c2, c3=0.0, q=0.0):

@@ -430,7 +430,7 @@ class CapacityModel(HierarchicalModel):
         cfg = rows.groupby(codes).first().loc[c3.index]
         k = cfg["k"].to_numpy(float)
         cycles = (cfg["decode_tokens"] / theory.tokens_per_cycle(cfg["alpha0"], k)).to_numpy()
-        reads = cycles * (cfg["prefill_tokens"] + 0.5 * cfg["decode_tokens"]).to_numpy()
+        reads = cycles * theory.mean_context(cfg["prefill_tokens"], cfg["decode_tokens"]).to_numpy()
         units = self.units
         start = {q: np.zeros(len(units[_dim(q)])) for q in scaling.COMPUTE_COEFS}
         for label in cfg["group"].unique():
