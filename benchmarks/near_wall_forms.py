@@ -1,0 +1,163 @@
+"""Which curve bends like the data near capacity? Each configuration fitted on its own, its top
+rate held out and predicted (issue 12, thirty-third session).
+
+    .venv/bin/python benchmarks/near_wall_forms.py [--data data/example/sweep.parquet]
+                                                  [--batch 256] [--forms queue,roofline]
+
+For every configuration of the sweep: its unsaturated synchronous and constant-rate rows, and
+its measured ceiling (the throughput benchmark's rate). Each form is fitted by robust least
+squares on the log latency (SciPy ``least_squares``, ``soft_l1``, several starts), once
+without the configuration's top rate (then asked to predict it) and once on every row (its
+in-sample log RMS). The forms, three free numbers each, the wall at the measured ceiling:
+
+- ``queue``: :func:`bayeslat.theory.latency`, the memory-bound curve plus an M/G/1 queue's
+  wait whose pole is the ceiling, ``C1/(1 − r·C2) + Q·C3·ρ/(1 − ρ)``, ``ρ = r·C3``,
+  ``C3 = 1/ceiling`` (the ``capacity`` variants' form);
+- ``roofline``: the soft maximum of the memory-bound curve and a compute-bound one of the
+  same form, ``(L_m² + L_c² − A²)^(1/2)``, ``L_c = A/(1 − (1 − Q)·r·C3)``, ``A = Q·B·C3``:
+  the steady state of a server whose step time is the larger of two lines in the batch, the
+  batch full (``B``, ``--batch``, vLLM's ``max_num_seqs``) at the capacity ``1/C3``, which the
+  compute-bound curve's own pole lies beyond (benchmarks/README.md, thirty-third session).
+
+Prints, per form, the median in-sample log RMS and the held-out top rate's error: median
+(signed median), 90th percentile and mean of the absolute relative error; then the mean by
+draft length and by group.
+
+With ``--engine "VERIFIER GPU PREFILL DECODE ALPHA K"`` (a deployment of
+:mod:`bayeslat.simulate.presets` with its EAGLE-3 head; ``K`` 0 for the baseline) it prints
+instead the engine simulator's steady state near that configuration's wall: the all-at-once
+ceiling (2,048 requests sent together), then at 70–100% of it ten minutes of evenly spaced
+requests, the mean latency of the second and third quarters of the requests and the mean
+batch (Little's law), and the compute-bound curve ``A/(1 − r·c)`` through the two highest
+rates, its pole ``1/c`` against the ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from bayeslat import theory
+from bayeslat.data import schema
+
+# The batch cap B of the roofline form (--batch).
+BATCH = {"cap": 256}
+
+
+def roofline(r, c1, c2, c3, q):
+    """The roofline form: the two curves' soft maximum, less the compute curve's idle value."""
+    intercept = q * BATCH["cap"] * c3
+    compute = intercept / (1 - (1 - q) * r * c3)
+    return np.sqrt((c1 / (1 - r * c2)) ** 2 + compute**2 - intercept**2)
+
+
+FORMS = {"queue": theory.latency, "roofline": roofline}
+
+
+def fit(form, r, y, c3, starts=((0.7, 0.2, 0.01), (0.9, 0.6, 0.05), (0.8, 0.4, 0.2))):
+    """``(log C1, log C2, log Q)`` minimising the robust loss of ``log form − y`` (None if no
+    start converges); the rows' rates ``r`` stay below ``1/C2``."""
+    best, top = None, r.max()
+
+    def residual(theta):
+        c1, c2, q = np.exp(theta)
+        if top * c2 >= 0.999 or (form is roofline and q >= 1):
+            return np.full(len(r), 10.0)
+        return np.log(form(r, c1, c2, c3, q)) - y
+
+    for c1f, c2f, q0 in starts:
+        x0 = np.log([np.exp(y.min()) * c1f, c2f / top, q0])
+        try:
+            s = least_squares(residual, x0, loss="soft_l1", f_scale=0.02)
+        except ValueError:
+            continue
+        if s.success and (best is None or s.cost < best.cost):
+            best = s
+    return None if best is None else best.x
+
+
+def engine(spec: str) -> None:
+    """The engine simulator's latency near one configuration's wall (``--engine``)."""
+    from dataclasses import replace
+
+    from bayeslat.simulate.engine import simulate_run
+    from bayeslat.simulate.presets import eagle
+    from bayeslat.simulate.protocol import Configuration, _send_times, mean_concurrency
+
+    verifier, gpu, p, g, alpha, k = spec.split()
+    dep = eagle(verifier, gpu)
+    if int(k) == 0:
+        dep = replace(dep, drafter=None, method="none")
+    config = Configuration(dep, int(p), int(g), int(k), float(alpha))
+    burst = simulate_run(config.deployment, config.workload, np.zeros(2048), seed=1)
+    ceiling = 2048 / burst.finish.max()
+    print(f"{spec}: all-at-once ceiling {ceiling:.3f} req/s ({burst.preemptions} preemptions)")
+    rates, means = [], []
+    for share in (0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 1.0):
+        rate = share * ceiling
+        n = int(rate * 600)
+        sends = _send_times("constant", rate, n, 1)
+        run = simulate_run(config.deployment, config.workload, sends, seed=2)
+        mean = run.latency[n // 4:3 * n // 4].mean()
+        batch = mean_concurrency(run, sends[n // 4], sends[3 * n // 4])
+        rates.append(rate)
+        means.append(mean)
+        print(f"  {share:.2f} of it, {rate:.3f} req/s: latency {mean:.3f} s, batch {batch:.1f}")
+    (r1, r2), (l1, l2) = rates[-2:], means[-2:]
+    slope = (l2 - l1) / (l2 * r2 - l1 * r1)
+    print(f"  A/(1 - r c) through the top two: A {l2 * (1 - r2 * slope):.3f} s, pole "
+          f"{1 / slope:.3f} req/s ({1 / slope / ceiling:.3f} of the ceiling)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="data/example/sweep.parquet")
+    parser.add_argument("--batch", type=int, default=BATCH["cap"],
+                        help="the batch cap B of the roofline form (max_num_seqs)")
+    parser.add_argument("--forms", default="queue,roofline")
+    parser.add_argument("--engine", help='"VERIFIER GPU PREFILL DECODE ALPHA K": the engine '
+                        "simulator's steady state near that configuration's wall instead")
+    args = parser.parse_args()
+    if args.engine:
+        engine(args.engine)
+        return
+    BATCH["cap"] = args.batch
+    table = schema.read_table(args.data)
+    table["config"] = schema.config_labels(table)
+    out = []
+    for config, rows in table.groupby("config", sort=False):
+        ceiling = rows.loc[rows["strategy"] == "throughput", "rps"].max()
+        rows = rows[(rows["strategy"] != "throughput") & ~rows["saturated"]].sort_values("rps")
+        if not np.isfinite(ceiling) or len(rows) < 5:
+            continue
+        r, y, c3 = rows["rps"].to_numpy(), np.log(rows["latency_mean"].to_numpy()), 1 / ceiling
+        for name in args.forms.split(","):
+            form = FORMS[name]
+            held = fit(form, r[:-1], y[:-1], c3)
+            whole = fit(form, r, y, c3)
+            if held is None or whole is None:
+                continue
+            pred = form(r[-1], *np.exp(held[:2]), c3, np.exp(held[2]))
+            rms = np.sqrt(np.mean((np.log(form(r, *np.exp(whole[:2]), c3, np.exp(whole[2])))
+                                   - y) ** 2))
+            out.append({"config": config, "group": rows["verifier"].iloc[0] + " p"
+                        + f"{rows['prefill_tokens'].iloc[0]:.0f} g"
+                        + f"{rows['decode_tokens'].iloc[0]:.0f}", "k": int(rows["k"].iloc[0]),
+                        "form": name, "error": pred / np.exp(y[-1]) - 1, "rms": rms})
+    res = pd.DataFrame(out)
+    res["abs"] = res["error"].abs()
+    print(f"{res['config'].nunique()} configurations of {args.data}; batch cap {args.batch}")
+    print(res.groupby("form").agg(
+        in_sample_log_rms=("rms", "median"), top_median=("abs", "median"),
+        top_signed=("error", "median"), top_p90=("abs", lambda x: x.quantile(0.9)),
+        top_mean=("abs", "mean")).round(4).to_string())
+    for by in ("k", "group"):
+        print(res.pivot_table(index=by, columns="form", values="abs", aggfunc="mean")
+              .round(3).to_string())
+
+
+if __name__ == "__main__":
+    main()
