@@ -87,12 +87,7 @@ instead of 2,350, with 15% fewer steps a draw (benchmarks/README.md, twenty-sixt
 
 The queue's form is an approximation near the wall (the batch limit, the token budget and the
 KV cache bind there too, and each bends the curve its own way): fitted one configuration at a
-time it still misses the points just below the wall by up to 7%. Its pole is the ceiling; in
-the engine simulator the ceiling is where the batch fills and the compute-bound curve's own pole
-lies 7–16% beyond it, and a soft maximum of a memory-bound and a compute-bound curve built on
-that predicts the held-out top rates of single configurations with 5.8% mean error against
-this form's 9.7%, though not yet better in this hierarchical model (benchmarks/README.md,
-thirty-third session). Those misses are not
+time it still misses the points just below the wall by up to 7%. Those misses are not
 outliers, and a Student-t that called them so would let a top point choose between being
 fitted and being ignored (two modes). The likelihood's scale therefore grows with how far the
 latency moves with the wall, ``s² = sigma² + se² + (sigma_wall·v)²``, ``v = w/(1 − ρ)`` with
@@ -104,6 +99,12 @@ nears, and a point nearer the wall than any fitted one gets the band its extrapo
 With ``w`` alone the example's top rates, each held out and predicted, fell inside their 90%
 band for 0.56 of 156 configurations, nearly all of the misses below it; with ``v``, 0.87
 (benchmarks/README.md, fourteenth session).
+
+The queue's pole is the measured ceiling. In the engine simulator the ceiling is where the
+batch fills (``max_num_seqs``), and the compute-bound curve's own pole lies 7–16% beyond it; a
+soft maximum of a memory-bound and a compute-bound curve built on that predicts the held-out
+top rates of single configurations with 5.8% mean error against this form's 9.7%, though not
+yet better in this hierarchical model (benchmarks/README.md, thirty-third session).
 
 ``dense-capacity`` is :mod:`~bayeslat.models.dense` with ``log C3`` and ``log Q`` per
 configuration, pooled like ``C1`` and ``C2``; it needs no SD rows (a baseline-only sweep).
