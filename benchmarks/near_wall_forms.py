@@ -27,9 +27,9 @@ With ``--engine "VERIFIER GPU PREFILL DECODE ALPHA K"`` (a deployment of
 :mod:`bayeslat.simulate.presets` with its EAGLE-3 head; ``K`` 0 for the baseline) it prints
 instead the engine simulator's steady state near that configuration's wall: the all-at-once
 ceiling (2,048 requests sent together), then at 70–100% of it ten minutes of evenly spaced
-requests, the mean latency of the second and third quarters of the requests and the mean
-batch (Little's law), and the compute-bound curve ``A/(1 − r·c)`` through the two highest
-rates, its pole ``1/c`` against the ceiling.
+requests, the mean latency of the second and of the third quarter of the requests (equal
+where the run is steady) and the mean batch over both (Little's law), and the compute-bound
+curve ``A/(1 − r·c)`` through the two highest rates, its pole ``1/c`` against the ceiling.
 """
 
 from __future__ import annotations
@@ -101,11 +101,12 @@ def engine(spec: str) -> None:
         n = int(rate * 600)
         sends = _send_times("constant", rate, n, 1)
         run = simulate_run(config.deployment, config.workload, sends, seed=2)
-        mean = run.latency[n // 4:3 * n // 4].mean()
+        second, third = (run.latency[i * n // 4:(i + 1) * n // 4].mean() for i in (1, 2))
         batch = mean_concurrency(run, sends[n // 4], sends[3 * n // 4])
         rates.append(rate)
-        means.append(mean)
-        print(f"  {share:.2f} of it, {rate:.3f} req/s: latency {mean:.3f} s, batch {batch:.1f}")
+        means.append((second + third) / 2)
+        print(f"  {share:.2f} of it, {rate:.3f} req/s: latency {second:.3f} s, then "
+              f"{third:.3f} s (second, third quarter of the requests), batch {batch:.1f}")
     (r1, r2), (l1, l2) = rates[-2:], means[-2:]
     slope = (l2 - l1) / (l2 * r2 - l1 * r1)
     print(f"  A/(1 - r c) through the top two: A {l2 * (1 - r2 * slope):.3f} s, pole "
