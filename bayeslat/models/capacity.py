@@ -103,8 +103,10 @@ band for 0.56 of 156 configurations, nearly all of the misses below it; with ``v
 The queue's pole is the measured ceiling. In the engine simulator the ceiling is where the
 batch fills (``max_num_seqs``), and the compute-bound curve's own pole lies 7–16% beyond it; a
 soft maximum of a memory-bound and a compute-bound curve built on that predicts the held-out
-top rates of single configurations with 5.8% mean error against this form's 9.7%, though not
-yet better in this hierarchical model (benchmarks/README.md, thirty-third session).
+top rates of single configurations with 5.8% mean error against this form's 9.7%. In this
+hierarchical model (branch ``roofline``) it predicts the held-out top rates with 7.3% against
+9.9% and the real llm-d sweep's left-out rates with 1.0% against 2.2%, but whole workloads never
+measured no better (benchmarks/README.md, thirty-third and thirty-fourth sessions).
 
 ``dense-capacity`` is :mod:`~bayeslat.models.dense` with ``log C3`` and ``log Q`` per
 configuration, pooled like ``C1`` and ``C2``; it needs no SD rows (a baseline-only sweep).
