@@ -171,10 +171,10 @@ DEFAULT_PRIORS: dict[str, Any] = {
     "dense_c2_median": 0.05,
     # dense-capacity: the same for C3 (s per request: a compute capacity of 50 req/s) and Q
     "dense_c3_median": 0.02,
-    "dense_q_median": 1.0,
-    # ... with its own log-scale sd: a Pollaczek–Khinchine factor (1 + c_s²)/2 lies within
-    # a factor e² of 1 (0.5 for a deterministic service time, 1 for an exponential one)
-    "dense_q_log_sd": 1.0,
+    "dense_q_median": 0.05,
+    # ... with its own sd, of its log odds: the compute curve's share Q of a full batch's
+    # compute time (the example's groups: 0.001-0.05; sampled as logit Q, so below 1)
+    "dense_q_log_sd": 1.5,
     "dense_log_sd": 2.0,
 }
 

@@ -10,13 +10,14 @@ squares on the log latency (SciPy ``least_squares``, ``soft_l1``, several starts
 without the configuration's top rate (then asked to predict it) and once on every row (its
 in-sample log RMS). The forms, three free numbers each, the wall at the measured ceiling:
 
-- ``queue``: :func:`bayeslat.theory.latency`, the memory-bound curve plus an M/G/1 queue's
-  wait whose pole is the ceiling, ``C1/(1 − r·C2) + Q·C3·ρ/(1 − ρ)``, ``ρ = r·C3``,
-  ``C3 = 1/ceiling`` (the ``capacity`` variants' form);
-- ``roofline``: the soft maximum of the memory-bound curve and a compute-bound one of the
-  same form, ``(L_m² + L_c² − A²)^(1/2)``, ``L_c = A/(1 − (1 − Q)·r·C3)``, ``A = Q·B·C3``:
-  the steady state of a server whose step time is the larger of two lines in the batch, the
-  batch full (``B``, ``--batch``, vLLM's ``max_num_seqs``) at the capacity ``1/C3``, which the
+- ``queue``: the memory-bound curve plus an M/G/1 queue's wait whose pole is the ceiling,
+  ``C1/(1 − r·C2) + Q·C3·ρ/(1 − ρ)``, ``ρ = r·C3``, ``C3 = 1/ceiling`` (the ``capacity``
+  variants' form until the thirty-fourth session);
+- ``roofline``: :func:`bayeslat.theory.latency`, the soft maximum of the memory-bound curve and
+  a compute-bound one of the same form, ``(L_m² + L_c² − A²)^(1/2)``,
+  ``L_c = A/(1 − (1 − Q)·r·C3)``, ``A = Q·B·C3``: the steady state of a server whose step time
+  is the larger of two lines in the batch, the batch full (``B``, ``--batch``, vLLM's
+  ``max_num_seqs``, :data:`bayeslat.theory.BATCH_CAP`) at the capacity ``1/C3``, which the
   compute-bound curve's own pole lies beyond (benchmarks/README.md, thirty-third session).
 
 Prints, per form, the median in-sample log RMS and the held-out top rate's error: median
@@ -43,18 +44,14 @@ from scipy.optimize import least_squares
 from bayeslat import theory
 from bayeslat.data import schema
 
-# The batch cap B of the roofline form (--batch).
-BATCH = {"cap": 256}
+
+def queue(r, c1, c2, c3, q):
+    """The M/G/1 form: the memory-bound curve plus the queue's wait."""
+    rho = r * c3
+    return c1 / (1 - r * c2) + q * c3 * rho / (1 - rho)
 
 
-def roofline(r, c1, c2, c3, q):
-    """The roofline form: the two curves' soft maximum, less the compute curve's idle value."""
-    intercept = q * BATCH["cap"] * c3
-    compute = intercept / (1 - (1 - q) * r * c3)
-    return np.sqrt((c1 / (1 - r * c2)) ** 2 + compute**2 - intercept**2)
-
-
-FORMS = {"queue": theory.latency, "roofline": roofline}
+FORMS = {"queue": queue, "roofline": theory.latency}
 
 
 def fit(form, r, y, c3, starts=((0.7, 0.2, 0.01), (0.9, 0.6, 0.05), (0.8, 0.4, 0.2))):
@@ -64,7 +61,7 @@ def fit(form, r, y, c3, starts=((0.7, 0.2, 0.01), (0.9, 0.6, 0.05), (0.8, 0.4, 0
 
     def residual(theta):
         c1, c2, q = np.exp(theta)
-        if top * c2 >= 0.999 or (form is roofline and q >= 1):
+        if top * c2 >= 0.999 or (form is theory.latency and q >= 1):
             return np.full(len(r), 10.0)
         return np.log(form(r, c1, c2, c3, q)) - y
 
@@ -116,7 +113,7 @@ def engine(spec: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="data/example/sweep.parquet")
-    parser.add_argument("--batch", type=int, default=BATCH["cap"],
+    parser.add_argument("--batch", type=int, default=theory.BATCH_CAP,
                         help="the batch cap B of the roofline form (max_num_seqs)")
     parser.add_argument("--forms", default="queue,roofline")
     parser.add_argument("--engine", help='"VERIFIER GPU PREFILL DECODE ALPHA K": the engine '
@@ -125,7 +122,7 @@ def main() -> None:
     if args.engine:
         engine(args.engine)
         return
-    BATCH["cap"] = args.batch
+    theory.BATCH_CAP = args.batch  # the roofline form, theory.latency, reads it
     table = schema.read_table(args.data)
     table["config"] = schema.config_labels(table)
     out = []

@@ -163,7 +163,8 @@ class _CapacityStub:
     parts = ("C1", "C2", "C3", "Q")
     per_configuration = False
     # k: (C1, C2, C3, Q); k = 6 meets its compute wall (1/C3 = 10 req/s) first
-    PARTS = {0: (1.2, 0.07, 0.045, 1.0), 2: (0.92, 0.072, 0.055, 0.8), 6: (0.78, 0.085, 0.1, 1.2)}
+    PARTS = {0: (1.2, 0.07, 0.045, 0.01), 2: (0.92, 0.072, 0.055, 0.01),
+             6: (0.78, 0.085, 0.1, 0.02)}
 
     def __init__(self):
         self.rows = pd.DataFrame({"config": ["a k2", "a k6"], "k": [2, 6], "alpha": 0.75,

@@ -177,10 +177,11 @@ def test_alert_line_is_the_load_where_sd_starts_to_hurt():
     assert alert.sel(k=6) == pytest.approx(theory.break_even_rps(1.2, 0.07, 0.78, 0.085))
 
 
-# The capacity form: a compute wall C3 with queueing factor Q per draft length (DESIGN.md §2a).
+# The capacity form: a compute wall C3 and the compute curve's share Q per draft length
+# (DESIGN.md §2a).
 # k = 6 hits its compute wall (1/C3 = 10 req/s) before its memory wall (1/C2 = 11.8 req/s).
 C3 = [0.045, 0.055, 0.1]
-Q = [1.0, 0.8, 1.2]
+Q = [0.01, 0.01, 0.02]
 
 
 def capacity_point_mass(n=20):

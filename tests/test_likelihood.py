@@ -50,8 +50,8 @@ def test_the_fused_model_has_the_log_density_and_gradient_of_the_observed_rows(v
 
 @pytest.mark.parametrize("tiny", [1.0, 1e-30])
 def test_the_kernel_follows_the_barrier_past_both_walls(tiny):
-    """Rows past the memory-bound wall (``rps·C2 > 1``) and past the compute wall
-    (``rps·C3 > 1``) go through the saturation barrier as the graph's do. With the scales
+    """Rows past the memory-bound wall (``rps·C2 > 1``) and past the compute curve's pole
+    (``rps·(1 − Q)·C3 > 1``) go through the saturation barrier as the graph's do. With the scales
     shrunk by ``tiny`` the variances (1e-60) and the Student-t's ``ν + z²`` (1e60) leave the
     range of the kernel's running products after two rows: it takes their logs as it goes."""
     rng = np.random.default_rng(1)
@@ -59,8 +59,9 @@ def test_the_kernel_follows_the_barrier_past_both_walls(tiny):
     idx = rng.integers(0, n, rows)
     rps = rng.uniform(0.5, 12.0, rows)
     values = {"C1": rng.uniform(0.5, 2.0, n), "C2": rng.uniform(0.02, 0.12, n),
-              "C3": rng.uniform(0.05, 0.15, n), "Q": rng.uniform(0.2, 2.0, n)}
-    assert (rps * values["C2"][idx] > 1).any() and (rps * values["C3"][idx] > 1).any()
+              "C3": rng.uniform(0.08, 0.25, n), "Q": rng.uniform(0.02, 0.5, n)}
+    assert (rps * values["C2"][idx] > 1).any()
+    assert (rps * (1 - values["Q"][idx]) * values["C3"][idx] > 1).any()
     data = {"idx": idx, "rps": rps, "y": rng.normal(0.5, 1.0, rows),
             "se_rel": tiny * rng.uniform(0.0, 0.05, rows),
             "sync": (rng.uniform(size=rows) < 0.2) * 1.0}
@@ -70,8 +71,7 @@ def test_the_kernel_follows_the_barrier_past_both_walls(tiny):
         parts = {name: pt.dvector(name) for name in names}
         s = {name: pt.dscalar(name) for name in scalars}
         at = {name: parts[name][idx] for name in names}
-        memory, queue = LatencyModel._log_terms(at, {"rps": rps})
-        mu = (memory if queue is None else pt.logaddexp(memory, queue)) + s["shift"] * data["sync"]
+        mu = LatencyModel.log_mean(LatencyModel, at, {"rps": rps}) + s["shift"] * data["sync"]
         scale = LatencyModel.likelihood_scale(s["sigma"], data["se_rel"], at, {"rps": rps},
                                               s["sigma_wall"])
         nu = s["nu"]

@@ -18,7 +18,7 @@ from bayeslat.data import schema
 from bayeslat.errors import FitError, InputError, NumericalError
 from bayeslat.models import VARIANTS, get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
-from bayeslat.models.capacity import Q_FLOOR, queue_shift
+from bayeslat.models.capacity import Q_FLOOR, TAU_Q, queue_shift
 from bayeslat.models.start import MAX_LOAD, group_fit
 from bayeslat.scaling import ScalingConfig
 
@@ -107,27 +107,30 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     np.testing.assert_allclose(pred["capacity"], cap)
 
 
-def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c3v_noncentred(fitted):
-    """Q per configuration around its group's stage-1 value (no hyperparameters), and c2d and c3v
-    sampled non-centred by the variant's default config; the paper's variants keep theirs."""
+def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c2v_c3v_noncentred(
+        fitted):
+    """Q per configuration around its group's stage-1 law (no hyperparameters), and c2d, c2v
+    and c3v sampled non-centred by the variant's default config; the paper's variants keep
+    theirs."""
     model, _ = fitted
     post = model.idata.posterior
     if model.variant != "capacity":
         assert "z_c2d" not in post
         assert model.config.noncentered == ("c1p",)
         return
-    assert model.config.noncentered == ("c1p", "c2d", "c3v")
+    assert model.config.noncentered == ("c1p", "c2d", "c2v", "c3v", "c3p")
     assert "z_c2d" in post and "log_c2d" not in post
+    assert "z_c2v" in post and "log_c2" not in post
     assert "z_c3v" in post and "log_c3v" not in post
     assert post["log_Q_wait"].dims == ("chain", "draw", "config")
     assert "q" not in post and "tau_q" not in post and "mu_log_Q" not in post
-    # centred on its group's stage-1 value, floored: the start sits there
-    groups = model.queue_factors()
+    # centred on its group's stage-1 law of the intercept, floored: the start sits there
+    groups, shares = model.queue_factors(), model.config_shares()
     assert set(groups.index) == set(model.rows["group"]) and (groups >= np.log(Q_FLOOR)).all()
+    assert len(shares) == len(model.configs) and (shares >= np.log(Q_FLOOR)).all()
     start = model.start()
     log_q = start["log_Q_wait"] - queue_shift(start["log_C3"], np.log(model.queue_rates()))
-    np.testing.assert_allclose(
-        log_q, groups.reindex(model.rows.drop_duplicates("config")["group"]).to_numpy())
+    np.testing.assert_allclose(log_q, shares)
 
 
 def test_capacity_wall_scores_drafts_and_reads_the_kv_cache_per_cycle():
@@ -166,7 +169,7 @@ def test_memory_slopes_are_one_pair_in_coordinates_with_unit_jacobian(fitted):
 
     model, _ = fitted
     post = model.idata.posterior
-    if model.per_configuration:
+    if model.per_configuration or "c2v" in model.config.noncentered:  # capacity: z_c2v
         assert "log_c2" not in post
         return
     assert post["log_c2"].dims == ("chain", "draw", "group", "memory")
@@ -191,30 +194,33 @@ def test_memory_slopes_are_one_pair_in_coordinates_with_unit_jacobian(fitted):
     assert not pytensor.function([x], transform.log_jac_det(x))(su).any()
 
 
-def test_group_fit_recovers_the_queue_factor_of_a_wall_curve():
-    """start.group_fit with the queue's wait: the six coefficients and Q of curves drawn
-    from the capacity form itself (1% noise, one outlier the robust loss ignores)."""
+def test_group_fit_recovers_the_compute_curves_intercept_law():
+    """start.group_fit with the walls: the six coefficients and the intercept's law
+    ``A = g/E·(a_v + k·a_d)`` of curves drawn from the capacity form itself (1% noise, one
+    outlier the robust loss ignores)."""
     rng = np.random.default_rng(0)
     theta = dict(c1p=0.2, c1v=0.004, c1d=0.001, c2p=0.002, c2v=0.0001, c2d=0.00005)
+    a_v, a_d = 0.003, 0.001
     configs = [(np.nan, 0)] + [(a, k) for a in (0.6, 0.9) for k in (2, 4)]
     rows = []
     for alpha, k in configs:
         c1, c2 = theory.effective_coefficients(*theta.values(), 0.0 if k == 0 else alpha, k,
                                                128.0)
+        cycles = 128.0 / theory.tokens_per_cycle(0.0 if k == 0 else alpha, k)
         c3 = 0.4 * c2 * (k + 1)  # the wall binds before the memory term saturates
-        wall = 1 / max(c2, c3)
-        for rps in wall * np.linspace(0.1, 0.93, 8):
+        q = cycles * (a_v + k * a_d) / (theory.BATCH_CAP * c3)
+        for rps in np.linspace(0.1, 0.93, 8) / max(c2, c3):
             rows.append(dict(verifier="v", hardware="H", prefill_tokens=256.0,
                              decode_tokens=128.0, method="eagle3" if k else "none",
                              drafter="d" if k else "none", alpha=alpha, k=k, rps=rps, c3=c3,
-                             latency_mean=(c1 / (1 - rps * c2) + 3.0 * c3 * rps * c3
-                                           / (1 - rps * c3)) * np.exp(0.01 * rng.normal())))
+                             latency_mean=theory.latency(rps, c1, c2, c3, q)
+                             * np.exp(0.01 * rng.normal())))
     rows = pd.DataFrame(rows)
-    rows.loc[5, "latency_mean"] *= 1.5
-    rho = rows["rps"] * rows["c3"]
-    out = group_fit(rows, pd.Index(["d"]), (rows["c3"] * rho / (1 - rho)).to_numpy(),
-                    loss="soft_l1")
-    assert out[-1] == pytest.approx(3.0, rel=0.1)
+    rows.loc[13, "latency_mean"] *= 1.5
+    out = group_fit(rows, pd.Index(["d"]), rows["c3"].to_numpy(), loss="soft_l1")
+    # each configuration's intercept (a_v and a_d apart only through two ks: they trade)
+    k = np.array([k for _, k in configs])
+    assert out[-2] + k * out[-1] == pytest.approx(a_v + k * a_d, rel=0.1)
     assert out[0] == pytest.approx(theta["c1p"], rel=0.1)
 
 
@@ -231,10 +237,15 @@ def test_scatter_grows_as_the_wall_nears_for_the_capacity_variants(fitted):
     if "C3" not in pred:
         np.testing.assert_allclose(scale, post["sigma"].broadcast_like(scale))
         return
-    share = theory.queue_share(pred["rps"], pred["C1"], pred["C2"], pred["C3"], pred["Q"])
+    share = theory.compute_share(pred["rps"], pred["C1"], pred["C2"], pred["C3"], pred["Q"])
     rho = pred["rps"] * pred["C3"]
-    moves = (share / (1.0 - rho)).where(rho < 1, 0.0)  # mocked draws may pass the wall
-    assert float(post["sigma_wall"].min()) > 0 and 0 < float(share.max()) <= 1
+    # the compute curve's share over the batch's headroom; mocked draws may pass the wall
+    moves = (share / (1.0 - rho)).where(rho < 1, 0.0)
+    # a share of L² at most 1 where the compute curve starts below the memory one (A <= C1;
+    # prior draws need not)
+    below = pred["Q"] * theory.BATCH_CAP * pred["C3"] <= pred["C1"]
+    assert float(post["sigma_wall"].min()) > 0 and float(share.max()) > 0
+    assert ((share >= 0) & ((share <= 1) | ~below)).all()
     assert (moves >= share).where(rho < 1, True).all()
     np.testing.assert_allclose(
         scale, np.sqrt(post["sigma"] ** 2 + (post["sigma_wall"] * moves) ** 2).broadcast_like(
@@ -375,6 +386,31 @@ def test_capacity_predicts_configurations_never_measured_as_its_graph_does(fitte
         assert spread > 0.05
         assert abs(float(a.mean() - b.mean())) < 0.1 * spread
         assert float(a.std()) == pytest.approx(spread, rel=0.1)
+
+
+def test_a_new_workload_takes_its_servers_measured_intercepts():
+    """A workload never measured is centred on the geometric mean of its server's stage-1
+    intercept terms that the curves measure (at least ``A_FLOOR``): a group whose curves do
+    not bend leaves its ``a_v`` at ~1e-9 s, which neither moves the centre nor widens its
+    spread; a term measured once gets a spread of 1."""
+    model = get("capacity")(table("capacity"))
+    model.queue_factors()
+    laws = model._laws.copy()
+    big = laws.index.str.startswith("llama-70b")
+    assert big.sum() == 2
+    laws.loc[big, "log_a_v"] = np.log([4e-4, 1e-9])
+    laws.loc[big, "log_a_d"] = np.log([3e-4, 5e-4])
+    model._laws = laws
+    rows = prepare(model.table[model.table["verifier"] == "llama-70b"].drop_duplicates("k")
+                   .assign(prefill_tokens=2048.0))
+    assert not rows["group"].isin(laws.index).any() and (rows["k"] > 0).any()
+    log_a, tau = model.new_shares(rows)
+    k = rows["k"].to_numpy(float)
+    cycles = rows["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
+        np.where(k > 0, rows["alpha0"].to_numpy(float), 0.0), k)
+    intercept = cycles * (4e-4 + k * np.sqrt(3e-4 * 5e-4))
+    np.testing.assert_allclose(log_a, np.log(intercept / theory.BATCH_CAP), rtol=1e-12)
+    np.testing.assert_allclose(tau, np.hypot(TAU_Q, 1.0), rtol=1e-12)
 
 
 def test_a_fit_that_only_predicts_skips_the_log_likelihood(mocked):

@@ -57,10 +57,10 @@ from bayeslat.files import atomic_output
 from bayeslat.scaling import ScalingConfig
 from bayeslat.version import __version__
 
-# Version of the fit file: 7 since the capacity variant's wall reads the KV cache and runs the
-# drafter (c3r, c3d), which an older capacity fit lacks (6: the hierarchical variants' server
-# deviations, u_<coef>).
-FORMAT = 7
+# Version of the fit file: 8 since the capacity variants' Q is the compute-bound curve's share
+# of a full batch's compute time, not a queue factor (7: the wall reads the KV cache and runs
+# the drafter, c3r, c3d; 6: the hierarchical variants' server deviations, u_<coef>).
+FORMAT = 8
 # Headroom (1 − rps·C2) around which the barrier takes over from the exact formula.
 BARRIER_WIDTH = 0.002
 # The group of a saved fit that holds its PSIS-LOO (psis_loo).
@@ -388,45 +388,53 @@ class LatencyModel:
     def log_mean(self, parts: dict, data: dict):
         r"""Model log latency per observation (the Student-t location), from the parts and the
         inputs gathered to the observations: :math:`\log C_1 - \log h(1 - \mathrm{rps}\,C_2)`,
-        plus, where the parts have the compute wall (``C3``, ``Q``), its queue
-        :math:`Q\,C_3\,\rho / h(1 - \rho)`, :math:`\rho = \mathrm{rps}\,C_3`
+        or, where the parts have the compute wall (``C3``, ``Q``),
+        :math:`\tfrac12\log(L_m^2 + L_c^2 - A^2)` with the compute-bound curve
+        :math:`L_c = A / h(1 - (1 - Q)\,\mathrm{rps}\,C_3)`, :math:`A = Q\,B_{\max}\,C_3`
         (:func:`bayeslat.theory.latency`), both headrooms through the barrier."""
         import pytensor.tensor as pt
 
-        memory, queue = self._log_terms(parts, data)
-        return memory if queue is None else pt.logaddexp(memory, queue)
+        memory, intercept, headroom = self._log_terms(parts, data)
+        if intercept is None:
+            return memory
+        # L² = L_m² + A²·(1/h² − 1): the compute curve's rise over its zero-load value
+        return 0.5 * pt.log(pt.exp(2.0 * memory)
+                            + pt.exp(2.0 * intercept) * pt.expm1(-2.0 * headroom))
 
     @staticmethod
     def _log_terms(parts: dict, data: dict):
-        """Logs of the memory-bound latency and of the queue's wait (None without the wall)."""
+        """Log of the memory-bound curve, then, with the wall, the log of the compute curve's
+        intercept ``A`` and of its headroom (None, None without)."""
         import pytensor.tensor as pt
 
         memory = pt.log(parts["C1"]) - log_headroom(1.0 - data["rps"] * parts["C2"])
         if "C3" not in parts:
-            return memory, None
-        rho = data["rps"] * parts["C3"]
-        return memory, pt.log(parts["Q"] * parts["C3"] * rho) - log_headroom(1.0 - rho)
+            return memory, None, None
+        rho = (1.0 - parts["Q"]) * data["rps"] * parts["C3"]
+        return (memory, pt.log(parts["Q"] * theory.BATCH_CAP * parts["C3"]),
+                log_headroom(1.0 - rho))
 
     @staticmethod
     def likelihood_scale(sigma, se_rel, parts: dict, data: dict, sigma_wall=None):
         r"""The Student-t scale of each observation, :math:`s_i^2 = \sigma^2 + \mathrm{se}_i^2`,
         plus, for the variants with the compute wall, :math:`(\sigma_{\mathrm{wall}}\,v_i)^2`
         with :math:`v_i = w_i/(1-\rho_i)` how far the latency moves with the wall
-        (:func:`bayeslat.theory.wall_sensitivity`; :math:`w_i` the share spent queueing):
-        ``sigma_wall`` (:meth:`sigma_wall`) is a jitter of the wall itself, in log terms. Near
-        the wall the queue's form is an approximation (the batch, token-budget and KV limits
-        bind there too, and a benchmark of finite length sees its own effective wall), and
-        what it misses is scatter that grows as the wall nears, not outliers; a held-out point
-        nearer the wall than any fitted one gets the wider band it needs."""
+        (:func:`bayeslat.theory.wall_sensitivity`; :math:`w_i = L_c^2/L^2` the compute
+        curve's share, :math:`\rho_i = \mathrm{rps}_i\,C_3` the batch's fill): ``sigma_wall``
+        (:meth:`sigma_wall`) is a jitter of the wall itself, in log terms. Near the wall the
+        form is an approximation (the batch, token-budget and KV limits bind there too, and a
+        benchmark of finite length sees its own effective wall), and what it misses is scatter
+        that grows as the wall nears, not outliers; a held-out point nearer the wall than any
+        fitted one gets the wider band it needs."""
         import pytensor.tensor as pt
 
         var = sigma**2 + se_rel**2
         if "C3" in parts:
-            memory, queue = LatencyModel._log_terms(parts, data)
-            # the headroom through the barrier, as in the queue's wait: positive and smooth if
-            # a proposal (of a wall not sampled in headroom coordinates) passes a fitted rate
-            headroom = log_headroom(1.0 - data["rps"] * parts["C3"])
-            moves = pt.exp(-pt.softplus(memory - queue) - headroom)  # share / headroom
+            memory, intercept, headroom = LatencyModel._log_terms(parts, data)
+            log_mean = LatencyModel.log_mean(LatencyModel, parts, data)
+            # the compute curve's share, (A/h/L)², over the batch's headroom at the wall
+            fill = log_headroom(1.0 - data["rps"] * parts["C3"])
+            moves = pt.exp(2.0 * (intercept - headroom - log_mean) - fill)
             var = var + (sigma_wall * moves) ** 2
         return pt.sqrt(var)
 

@@ -1,16 +1,25 @@
 r"""``capacity`` and ``dense-capacity``: the paper's model plus the compute wall.
 
 Near capacity a step's time is set by its arithmetic, not by moving the weights (DESIGN.md §2a),
-and requests queue for compute. Both variants add that queue to the paper's latency
-(:func:`bayeslat.theory.latency`):
+and the batch fills up. Both variants take the latency as the soft maximum of the memory-bound
+curve and the compute-bound one, each of the paper's form, up to the capacity at which the
+scheduler's batch is full (:func:`bayeslat.theory.latency`, whose docstring derives it):
 
 .. math::
-    L = \frac{C_1}{1 - \mathrm{rps}\,C_2} + Q\,C_3\,\frac{\rho}{1-\rho}, \qquad
-    \rho = \mathrm{rps}\,C_3, \qquad \text{capacity} = 1/\max(C_2, C_3),
+    L = \bigl(L_m^2 + L_c^2 - A^2\bigr)^{1/2}, \qquad L_m = \frac{C_1}{1 - \mathrm{rps}\,C_2},
+    \qquad L_c = \frac{A}{1 - (1 - Q)\,\mathrm{rps}\,C_3}, \qquad A = Q\,B_{\max}\,C_3,
+    \qquad \text{capacity} = 1/\max(C_2, C_3),
 
-the second term the Pollaczek–Khinchine waiting time of an M/G/1 server whose service time is a
-request's compute time ``C3``, with ``Q = (1 + c_s^2)/2``. The measured ceilings (throughput
-benchmarks) are data of their own, so the fitted capacity must agree with them:
+``C3`` the compute time of a request at a full batch of ``B_max`` requests
+(:data:`bayeslat.theory.BATCH_CAP`) and ``Q`` the share of it that is the compute-bound step's
+intercept. Until the thirty-third session the variants added an M/G/1 queue's wait,
+``Q·C3·ρ/(1 − ρ)``, with its pole at the measured ceiling; in the engine simulator the
+compute-bound curve's pole lies beyond the ceiling (the ceiling is where the batch fills, not
+where compute saturates), and fitted one configuration at a time the queue's form missed the
+held-out top rates by 9.7% (mean) where this form misses them by 5.8%, the 1B's by 8–19% where
+this form misses them by 2–3% (benchmarks/README.md, thirty-third session). The measured
+ceilings (throughput benchmarks) are data of their own, so the fitted capacity must agree with
+them:
 
 .. math::
     \log \mathrm{ceiling}_c \sim N\bigl(-\log\max(C_{2c}, C_{3c}) - \delta,\
@@ -29,12 +38,13 @@ constant-rate benchmarks sustain, the 1B's and 8B's within 1–3%; fitted, ``δ`
 and one more per drafter, under the same linear scaling priors (:mod:`bayeslat.scaling`:
 ``c3p`` with the prefill's arithmetic, ``c3v`` and ``c3r`` with the verifier's size, ``c3d``
 with the drafter's), a wall per configuration that scatters log-normally around its group's
-compute time, and a queue factor per configuration around its group's stage-1 value,
+compute time, and a share ``Q`` per configuration around its group's stage-1 law,
 
 .. math::
     \log C_{3c} \sim N\bigl(\log(c_{3p} + \tfrac{g}{E}\,((k+1)\,c_{3v} + k\,c_{3d}
     + (p + g/2)\,c_{3r})),\ s_{C3}\bigr),
-    \qquad \log Q_c \sim N\bigl(\log \hat Q_{j(c)},\ \tau_Q\bigr), \quad \tau_Q = 0.5,
+    \qquad \operatorname{logit} Q_c \sim N\bigl(\operatorname{logit} \hat Q_c,\ \tau_Q\bigr),
+    \quad \tau_Q = 0.5,
 
 a request's prefill plus, in each of its ``g/E`` verify cycles, the ``k+1`` tokens it scores,
 the ``k`` it drafts and the read of its KV cache (:func:`~bayeslat.theory.compute_coefficient`).
@@ -45,24 +55,38 @@ groups, so the spreads of the last two are fixed (:attr:`CapacityModel.fixed_spr
 spread :math:`s_{C3} = (\tau_{C3}^2 + f^2)^{1/2}` has a floor ``f`` (the ``wall_spread_floor``
 prior, 2%): no law places a wall closer than a benchmark measures it, and where a sweep's walls
 all lie near their law (the engine simulator's Llama-1B), a spread free to reach 0 funnelled.
-:math:`\hat Q_j` is an empirical-Bayes centre (:meth:`CapacityModel.queue_factors`): group
-``j``'s six coefficients and one queue factor by robust least squares, each wall at its
-measured ceiling, floored at :data:`Q_FLOOR`. The queue factor differs most between groups
-(the example: log Q from −4.6 to +2.6 between groups, 0.24–0.67 within one), and which of a
-group's memory term (``c2p``) and its queue carries its load growth is weakly identified: with
-``Q`` hyperparameters sampled (a population ``N(μ_Q, τ_Q)``), a configuration's ``Q`` drifted
-between a spike and a slab reaching e^−11 and a group-level ``q`` gave two modes against the
-group's ``C2``; with a fixed per-group ``Q`` the two modes moved to ``c2p`` against ``c2d``.
-Centred on the stage-1 value with the within-group spread, ``Q`` keeps each configuration's
-freedom and the slab is gone (benchmarks/README.md). A configuration never measured gets its
-group's ``log Q̂`` or, for a group never measured, the groups' mean with their spread added to
-``τ_Q``. ``c2d`` and ``c3v`` are sampled non-centred by default
-(:meth:`CapacityModel.default_config`): with the queue there the data leave the drafter's
-per-request cost near 0, a funnel for a centred ``log c2d``; and each group's ``c3v`` is
+:math:`\hat Q_c` is an empirical-Bayes centre (:meth:`CapacityModel.queue_factors`): the
+group's six coefficients and a law of its compute curve's intercept, ``A = g/E·(a_v + k·a_d)``
+(a verify step's arithmetic that does not grow with the batch, and each drafted token's), by
+robust least squares, each wall at its measured ceiling, then ``Q̂_c = A_c/(B_max·C3_c)``,
+floored at :data:`Q_FLOOR` (the example: 0.001–0.05 between groups). Centred on its group's one
+share instead, the held-out top rates' mean error was 9.5% against 8.0% (benchmarks/README.md,
+thirty-third session). With
+the queue's form before it, which of a group's memory term (``c2p``) and its queue carried its
+load growth was weakly identified: with ``Q`` hyperparameters sampled (a population
+``N(μ_Q, τ_Q)``), a configuration's ``Q`` drifted between a spike and a slab reaching e^−11
+and a group-level ``q`` gave two modes against the group's ``C2``; centred on the stage-1 value
+with the within-group spread, ``Q`` keeps each configuration's freedom and the slab is gone
+(benchmarks/README.md). A configuration never measured is centred on its group's law
+``A/(B_max·C3)`` with its own wall, or, for a group never measured, on the geometric mean of its
+server's groups' intercept terms that their curves measure (of every group's for a new server),
+their spread added to ``τ_Q`` (:meth:`CapacityModel.new_shares`): with the groups' mean share
+instead, the 70B's p1024 g128 workload held out was predicted 54% off (median), 12% with its
+server's law. ``c2d``, ``c2v``,
+``c3v`` and ``c3p`` are sampled non-centred by default (:meth:`CapacityModel.default_config`): the
+data leave the drafter's per-request cost near 0, a funnel for a centred ``log c2d``; with the
+compute curve bending the top points the groups' ``c2v`` lie close to their law, a funnel for
+a centred pair of memory slopes (the example's fit met divergences at ``tau_c2v`` 0.009, its
+posterior's 5% quantile 0.09; non-centred it ran 2,350 draws without one); and each group's
+``c3v`` is
 informed only through its configurations' walls, which scatter around it by ``τ_C3``, so a
 centred ``log c3v`` and its spread ``tau_c3v`` form a funnel too (centred, the example's fit
 stopped at its first divergence after 150 draws with ``tau_c3v`` the slowest, R-hat 1.20;
-non-centred it ran 2,000 draws without one).
+non-centred it ran 2,000 draws without one); so do ``log c3p`` and ``tau_c3p`` (the groups'
+prefills, pinned by their walls, lie near their law: centred, the example's fit met a
+divergence at ``log tau_c3p`` 7 posterior sd below its mean, at ``target_accept`` 0.95 and
+at 0.98; non-centred it ran 2,950 draws without one, benchmarks/README.md, thirty-fifth
+session).
 
 The scatter of the walls is there because compute is not the only wall: the batch limit
 (``max_num_seqs``) and the KV cache cap the concurrency too, and on a small verifier they bind
@@ -70,45 +94,48 @@ first (its baseline, with the most steps per request, then has the lowest ceilin
 measured configuration's own ceiling pins its ``C3``; a configuration never measured gets the
 group's compute time times a fresh deviation ``exp(s_C3·z)``.
 
-Near the wall the likelihood is far from Gaussian in ``log C3`` (a top point at 90% of capacity
-moves 10% for a 1% move of the wall), so the sampler works in the headroom at each
-configuration's top measured rate ``r``: ``y = logit(1 − r·C3)`` (:class:`HeadroomTransform`),
-in which the queue's log latency at that rate is nearly linear. The prior's sliver of mass at
-``r·C3 >= 1`` (a wall below a rate that was served), which the barrier excludes anyway, is
-dropped. The queue factor is sampled as the queue's wait just below the top rate,
-``log Q + log(C3·ρ/(1 − ρ))`` at ``ρ = QUEUE_AT·r·C3`` (:func:`queue_shift`; a shift, so the
-prior is unchanged): the top points pin that wait, not ``Q``, which trades against the wall's
-place. Not at the top rate itself: where the wall nears the top rate the top point's band
-widens (below) and the points beneath it pin the wait instead, so a wait sampled at the top
-rate runs along the headroom (correlation −0.9 to −1.0 for 54 of the example's 156
-configurations, the narrowest directions of the posterior); at :data:`QUEUE_AT` of it the
-median correlation is −0.23 and the example's fit reaches the bar in 1,500 draws a chain
-instead of 2,350, with 15% fewer steps a draw (benchmarks/README.md, twenty-sixth session).
+Near the wall the likelihood is far from Gaussian in ``log C3`` (the top points move several per
+cent for a 1% move of the wall), so the sampler works in the headroom at each configuration's
+top measured rate ``r``: ``y = logit(1 − r·C3)`` (:class:`HeadroomTransform`), in which the log
+latency at that rate is nearly linear. The prior's sliver of mass at ``r·C3 >= 1`` (a wall below
+a rate that was served), which the barrier excludes anyway, is dropped. The share is sampled
+shifted by the wall's place just below the top rate, ``log Q + log(C3·ρ/(1 − ρ))`` at ``ρ =
+QUEUE_AT·r·C3`` (:func:`queue_shift`; a shift, so the prior is unchanged), near the log of the
+compute curve's rise there: the top points pin that rise, not ``Q``, which trades against the
+wall's place (measured with the queue's form, whose wait this shift was: the twenty-sixth
+session). Not at the top rate itself: where the wall nears the top rate the top point's band
+widens (below) and the points beneath it pin the wait instead, so a wait sampled at the top rate
+runs along the headroom (correlation −0.9 to −1.0 for 54 of the example's 156 configurations,
+the narrowest directions of the posterior); at :data:`QUEUE_AT` of it the median correlation is
+−0.23 and the example's fit reaches the bar in 1,500 draws a chain instead of 2,350, with 15%
+fewer steps a draw (benchmarks/README.md, twenty-sixth session).
 
-The queue's form is an approximation near the wall (the batch limit, the token budget and the
-KV cache bind there too, and each bends the curve its own way): fitted one configuration at a
-time it still misses the points just below the wall by up to 7%. Those misses are not
-outliers, and a Student-t that called them so would let a top point choose between being
+The form is an approximation near the wall (the token budget and the KV cache bind there too,
+the batch fluctuates, and each bends the curve its own way): fitted one configuration at a time
+the queue's form before it missed the points just below the wall by up to 7%. Those misses are
+not outliers, and a Student-t that called them so would let a top point choose between being
 fitted and being ignored (two modes). The likelihood's scale therefore grows with how far the
 latency moves with the wall, ``s² = sigma² + se² + (sigma_wall·v)²``, ``v = w/(1 − ρ)`` with
-``w`` the share of the latency spent queueing
+``w`` the compute curve's share of ``L²`` and ``ρ = rps·C3`` the batch's fill (near the wall the
+batch, fluctuating about its mean, meets its cap, and the latency follows the wall's place as a
+queue's does; over the compute curve's own headroom ``1 − (1 − Q)·ρ`` instead, the held-out top
+rates fell inside their 90% bands for 0.80 of the configurations, with ``1 − ρ`` 0.83–0.84)
 (:meth:`~bayeslat.models.base.LatencyModel.likelihood_scale`,
 :func:`~bayeslat.theory.wall_sensitivity`): ``sigma_wall`` is a jitter of the wall itself (each
-benchmark, of finite length, sees its own effective wall), so the bands widen as the wall
-nears, and a point nearer the wall than any fitted one gets the band its extrapolation needs.
-With ``w`` alone the example's top rates, each held out and predicted, fell inside their 90%
-band for 0.56 of 156 configurations, nearly all of the misses below it; with ``v``, 0.87
-(benchmarks/README.md, fourteenth session).
+benchmark, of finite length, sees its own effective wall), so the bands widen as the wall nears,
+and a point nearer the wall than any fitted one gets the band its extrapolation needs. With
+``w`` alone the example's top rates, each held out and predicted, fell inside their 90% band for
+0.56 of 156 configurations, nearly all of the misses below it; with ``v``, 0.87 (the queue's
+form; benchmarks/README.md, fourteenth session).
 
-The queue's pole is the measured ceiling. In the engine simulator the ceiling is where the
-batch fills (``max_num_seqs``), and the compute-bound curve's own pole lies 7–16% beyond it; a
-soft maximum of a memory-bound and a compute-bound curve built on that predicts the held-out
-top rates of single configurations with 5.8% mean error against this form's 9.7%. In this
-hierarchical model (branch ``roofline``) it predicts the held-out top rates with 7.3% against
-9.9% and the real llm-d sweep's left-out rates with 1.0% against 2.2%, but whole workloads never
-measured no better (benchmarks/README.md, thirty-third and thirty-fourth sessions).
+Against the queue's form before it (``L_m`` plus an M/G/1 wait with its pole at the
+measured ceiling), in this hierarchical model on the shipped example: the held-out top rates
+7.2% off against 9.9%, whole workloads never measured 6–14% (median) against 6.5–18%,
+acceptance rates 2.3–2.8% against 2.9–3.4%, PSIS-LOO +63 ± 17; the real llm-d sweep's
+left-out rates (``dense-capacity``) 1.2% against 2.2%; its fit 1.7–2.4 times slower
+(benchmarks/README.md, thirty-fourth and thirty-fifth sessions).
 
-``dense-capacity`` is :mod:`~bayeslat.models.dense` with ``log C3`` and ``log Q`` per
+``dense-capacity`` is :mod:`~bayeslat.models.dense` with ``log C3`` and ``logit Q`` per
 configuration, pooled like ``C1`` and ``C2``; it needs no SD rows (a baseline-only sweep).
 With ``Q → 0`` both reduce to the paper's model, which stays available as ``hierarchical`` and
 ``dense``.
@@ -117,6 +144,7 @@ With ``Q → 0`` both reduce to the paper's model, which stays available as ``hi
 from __future__ import annotations
 
 import copy
+import io
 import json
 
 import numpy as np
@@ -124,6 +152,7 @@ import pandas as pd
 import xarray as xr
 
 from bayeslat import scaling, theory
+from bayeslat.data import schema
 from bayeslat.models import start as st
 from bayeslat.models.base import unit_index
 from bayeslat.models.dense import DenseModel
@@ -138,19 +167,25 @@ from bayeslat.scaling import ScalingConfig
 CAPACITY_STALL = ("verifier_params_b", "prefill_compute")
 # A configuration's columns the compute time takes (theory.compute_coefficient), in order.
 COMPUTE_INPUTS = ("alpha0", "k", "prefill_tokens", "decode_tokens")
-# Start of the queueing factor: a little below exponential service (Q = 1).
-Q_START = 0.5
-# Least stage-1 queue factor: below it the queue's wait at 95% of the wall is under a fifth of
-# a request's compute time, which no measured latency tells from none (the sharp-wall groups
-# fit any smaller value as well).
-Q_FLOOR = 0.01
-# Share of each configuration's top rate at which its queue's wait is sampled (the module's
+# Start of the compute curve's share Q (the example's groups: 0.001-0.05).
+Q_START = 0.05
+# Least stage-1 share Q: the compute curve's intercept is then a quarter of a request's compute
+# time at a full batch (B·Q = 0.26), and groups whose curves do not bend (the example's 70B at
+# 1,024-token prompts and 512-token outputs) fit any smaller value as well.
+Q_FLOOR = 1e-3
+# Least term of a stage-1 law of the intercept (s per verify cycle, a_v or a_d per drafted
+# token) that a group's curves measure: 10 us, a hundredth of a step; groups whose curves do not
+# bend fit ~1e-9 s (the example's 70B), which a new workload's law leaves out.
+A_FLOOR = 1e-5
+# Most share Q a stage-1 fit or a law of the intercept centres a configuration on.
+Q_CAP = 0.9
+# Share of each configuration's top rate at which its share Q is sampled, shifted (the module's
 # docstring): low enough that a wall near the top rate does not drag it, high enough that the
 # top points still pin it (at 0.8 the fit took fewer steps a draw but reached a third less
 # ESS in as many draws).
 QUEUE_AT = 0.9
-# Spread of log Q between the configurations of a group (the example's per-configuration
-# posterior medians: 0.24-0.67 within a group, -4.6 to +2.6 between groups).
+# Spread of log Q between the configurations of a group (with the queue's form before it, the
+# example's per-configuration posterior medians scattered by 0.24-0.67 within a group).
 TAU_Q = 0.5
 
 
@@ -205,6 +240,19 @@ def queue_shift(log_c3, log_rate):
     return log_c3 + a - pt.log1mexp(a)
 
 
+def log_odds(log_share):
+    """``log(Q/(1 − Q))`` of a share with log ``log_share``, the share capped at
+    :data:`Q_CAP` (a tensor or array): the coordinates ``Q`` is sampled in, so that it stays
+    a share (``Q = sigmoid``), and near ``log Q`` for the small shares of a real server."""
+    if isinstance(log_share, np.ndarray | float | xr.DataArray):
+        capped = np.minimum(log_share, np.log(Q_CAP))
+        return capped - np.log(-np.expm1(capped))
+    import pytensor.tensor as pt
+
+    capped = pt.minimum(log_share, np.log(Q_CAP))
+    return capped - pt.log1mexp(capped)
+
+
 class CapacityModel(HierarchicalModel):
     """Six per-stage coefficients with scaling priors, plus a compute wall and queue factor per
     configuration around its group's."""
@@ -226,13 +274,13 @@ class CapacityModel(HierarchicalModel):
 
     @classmethod
     def default_config(cls) -> ScalingConfig:
-        """The default design and priors, with ``c2d`` and ``c3v`` non-centred as well as
-        ``c1p``, and the ceilings' shortfall below the capacity sampled
+        """The default design and priors, with ``c2d``, ``c2v``, ``c3v`` and ``c3p``
+        non-centred as well as ``c1p``, and the ceilings' shortfall below the capacity sampled
         (``ceiling_shortfall_sd`` 0.05)."""
         return ScalingConfig(design=scaling.DEFAULT_DESIGN | {"c2p": CAPACITY_STALL},
                              priors=copy.deepcopy(scaling.DEFAULT_PRIORS)
                              | {"ceiling_shortfall_sd": 0.05},
-                             noncentered=("c1p", "c2d", "c3v"))
+                             noncentered=("c1p", "c2d", "c2v", "c3v", "c3p"))
 
     def curve_inputs(self, curves):
         return super().curve_inputs(curves) | {
@@ -264,27 +312,23 @@ class CapacityModel(HierarchicalModel):
             pm.modelcontext(None).add_coord("new_config", new.to_numpy())
         labels = curves["config"].reset_index(drop=True).drop_duplicates()
         first = labels.index.to_numpy()[pd.Index(labels).get_indexer(new)]  # a row of each
-        new_groups = pd.Index(curves["group"].to_numpy()[first]) if len(new) else pd.Index([])
         index = pm.Data("config_idx", cidx, dims=dim)
         tau_c3 = self.wall_spread(pm.Gamma("tau_C3", alpha=2.0,
                                            beta=2.0 / self.config.prior("tau_mean")))
         fitted_c3, log_c3 = self._per_config("C3", tau_c3, pt.log(compute), pt.log(law)[first],
                                              transform=headroom_transform(log_top))
-        # Q around its group's stage-1 value, sampled as the queue's wait near the top rate
-        # (log Q + queue_shift); a new configuration of a group never measured gets the
-        # groups' mean, with their spread added. The shift takes the fitted walls alone: were
+        # logit Q around its configuration's stage-1 law, sampled shifted by the wall's place
+        # near the top rate (logit Q + queue_shift); a new configuration's centre is its
+        # group's (or server's) law over its own wall. The shift takes the fitted walls alone: were
         # it a slice of all of them, the new walls' fresh draws would be its ancestors, and
         # posterior prediction would redraw the fitted log_Q_wait from its prior
         shift = queue_shift(fitted_c3, np.log(self.queue_rates()))
-        groups = self.queue_factors()
-        known = new_groups.isin(groups.index) if len(new) else np.zeros(0, bool)
-        new_q = np.where(known, groups.reindex(new_groups).to_numpy(), groups.mean())
-        spread = np.hypot(TAU_Q, groups.std(ddof=0) if len(groups) > 1 else 1.0)
-        _, log_q = self._per_config("Q", TAU_Q,
-                                    groups.reindex(self.rows.drop_duplicates("config")["group"])
-                                    .to_numpy(), new_q, shift=shift,
-                                    tau_new=np.where(known, TAU_Q, spread))
-        return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.exp(log_q)[index]}
+        new_a, new_tau = self.new_shares(curves.iloc[first]) if len(new) else (
+            np.zeros(0), np.zeros(0))
+        _, log_q = self._per_config("Q", TAU_Q, self.config_shares(),
+                                    log_odds(new_a - log_c3[len(self.configs):]), shift=shift,
+                                    tau_new=new_tau)
+        return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.sigmoid(log_q)[index]}
 
     def known_parts(self, rows: pd.DataFrame, seed=0) -> dict | None:
         """``C1``, ``C2``, ``C3``, ``Q`` of ``rows`` (:func:`~bayeslat.models.base.prepare`)
@@ -320,25 +364,33 @@ class CapacityModel(HierarchicalModel):
             compute = theory.compute_coefficient(
                 *(post[q].isel({_dim(q): at[_dim(q)]}).drop_vars(_dim(q))
                   for q in scaling.COMPUTE_COEFS), *column.values())
-            queue = xr.DataArray(self.queue_factors().reindex(rows["group"]).to_numpy(),
-                                 dims="obs")
+            log_a, tau = (xr.DataArray(one, dims="obs") for one in self.new_shares(rows))
             is_new = xr.DataArray(cidx >= len(self.configs), dims="obs")
             log_c3 = xr.where(is_new, np.log(compute) + self.wall_spread(post["tau_C3"]) * z_c3,
                               log_c3)
-            log_q = xr.where(is_new, queue + TAU_Q * z_q, log_q)
-        return out | {"C3": np.exp(log_c3), "Q": np.exp(log_q)}
+            log_q = xr.where(is_new, xr.apply_ufunc(log_odds, log_a - log_c3) + tau * z_q,
+                             log_q)
+        return out | {"C3": np.exp(log_c3), "Q": 1.0 / (1.0 + np.exp(-log_q))}
 
     def attrs(self) -> dict[str, str]:
-        """The base's, and the stage-1 queue factors (:meth:`queue_factors`): part of the
-        prior, and seconds to recompute, so a loaded fit reads them (:meth:`from_file`)."""
-        return super().attrs() | {"queue_factors": json.dumps(self.queue_factors().to_dict())}
+        """The base's, and the stage-1 shares per group and configuration
+        (:meth:`queue_factors`, :meth:`config_shares`): part of the prior, and seconds to
+        recompute, so a loaded fit reads them (:meth:`from_file`)."""
+        self.queue_factors()
+        return super().attrs() | {
+            "queue_factors": json.dumps(self._queue_factors.to_dict()),
+            "config_shares": json.dumps(self._config_shares.to_dict()),
+            "intercept_laws": self._laws.to_json()}
 
     @classmethod
     def from_file(cls, path, groups):
         model = super().from_file(path, groups)
-        stored = groups["posterior"].attrs.get("queue_factors")
-        if stored is not None:
-            model._queue_factors = pd.Series(json.loads(stored), dtype=float)
+        attrs = groups["posterior"].attrs
+        if "intercept_laws" in attrs:
+            model._queue_factors, model._config_shares = (
+                pd.Series(json.loads(attrs[name]), dtype=float)
+                for name in ("queue_factors", "config_shares"))
+            model._laws = pd.read_json(io.StringIO(attrs["intercept_laws"]))
         return model
 
     def wall_spread(self, tau):
@@ -356,24 +408,79 @@ class CapacityModel(HierarchicalModel):
         return QUEUE_AT * self.top_rates()
 
     def queue_factors(self) -> pd.Series:
-        """Each fitted group's stage-1 log queue factor: its six coefficients and one ``Q``
-        by robust least squares over its unsaturated rows
-        (:func:`~bayeslat.models.start.group_fit`, each configuration's wall at its start,
-        :func:`_compute_start`), floored at :data:`Q_FLOOR`; :data:`Q_START` where the fit
-        fails. Computed once per model."""
+        """Each fitted group's stage-1 log share ``Q``, the geometric mean of its
+        configurations' (:meth:`config_shares`): its six coefficients and the law of its
+        compute curve's intercept, ``A = g/E·(a_v + k·a_d)``, by robust least squares over its
+        unsaturated rows (:func:`~bayeslat.models.start.group_fit`, each configuration's wall
+        at its start, :func:`_compute_start`), each configuration's ``Q = A/(B_max·C3)``
+        floored at :data:`Q_FLOOR`; :data:`Q_START` where the fit fails. Computed once per
+        model; a new configuration of a fitted group is centred on its group's."""
         if getattr(self, "_queue_factors", None) is None:
             rows = self.rows
             c3 = _compute_start(self).to_numpy()[pd.factorize(rows["config"])[0]]
-            rho = rows["rps"].to_numpy() * c3
-            wait = c3 * rho / (1.0 - rho)
-            out = {}
+            out, laws, shares = {}, {}, pd.Series(np.nan, index=self.configs)
             for group, mine in rows.groupby("group").indices.items():
                 one = rows.iloc[mine]
                 drafts = pd.Index(pd.unique(one.loc[one["k"] > 0, "drafter"]))
-                theta = st.group_fit(one, drafts, wait[mine], loss="soft_l1")
-                out[group] = theta[-1] if theta is not None else Q_START
+                theta = st.group_fit(one, drafts, c3[mine], loss="soft_l1")
+                if theta is None:
+                    out[group] = Q_START
+                    continue
+                laws[group] = np.log(theta[-2:])
+                k = one["k"].to_numpy(float)
+                cycles = one["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
+                    np.where(k > 0, one["alpha"].fillna(0.0).to_numpy(float), 0.0), k)
+                q = pd.Series(cycles * (theta[-2] + k * theta[-1])
+                              / (theory.BATCH_CAP * c3[mine]), index=one["config"].to_numpy())
+                q = q.groupby(level=0).first()
+                shares[q.index] = q.to_numpy()
+                out[group] = float(np.exp(np.log(q).mean()))
             self._queue_factors = np.log(np.maximum(pd.Series(out), Q_FLOOR))
+            self._laws = pd.DataFrame(laws, index=["log_a_v", "log_a_d"]).T
+            self._config_shares = np.log(np.clip(shares.fillna(Q_START), Q_FLOOR, Q_CAP))
         return self._queue_factors
+
+    def new_shares(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """The log intercept ``log A = log(g/E·(a_v + k·a_d))`` of the compute curve for each
+        of ``rows`` (configurations never measured), from its group's stage-1 law where that
+        group was fitted, else the geometric mean of its server's fitted groups' terms ``a_v``
+        and ``a_d`` that their curves measure (at least :data:`A_FLOOR`), else of every
+        group's; and the spread ``log Q`` gets around ``log A − log(B·C3)``: ``TAU_Q``, with the
+        larger spread of the terms it averaged added (1 for a term of fewer than two).
+        With every term averaged, the 70B's unidentified ones (~1e-9 s) put the spread of a
+        new workload's ``log Q`` near 6, its latency's upper quantiles near the wall in most
+        draws, and the risk-aware choice at no SD where SD was 3-5 times faster
+        (benchmarks/README.md, thirty-fifth session)."""
+        self.queue_factors()
+        laws = self._laws
+        if laws.empty:
+            return np.full(len(rows), np.log(Q_START)), np.full(len(rows), TAU_Q)
+        fitted = self.rows.drop_duplicates("group").set_index("group")
+        server = schema.server_labels(fitted).reindex(laws.index)
+        measured = laws.where(laws >= np.log(A_FLOOR))
+        log_a_v, log_a_d, tau = (np.empty(len(rows)) for _ in range(3))
+        for i, (group, srv) in enumerate(zip(rows["group"], schema.server_labels(rows),
+                                             strict=True)):
+            if group in laws.index:
+                (log_a_v[i], log_a_d[i]), tau[i] = laws.loc[group], TAU_Q
+                continue
+            # the server's measured intercepts, each term on its own (a group whose curves do
+            # not bend leaves its a_v or a_d at ~1e-9 s, unidentified, not small)
+            pool = measured[(server == srv).to_numpy()]
+            (log_a_v[i], log_a_d[i]) = pool.mean().fillna(measured.mean()).fillna(
+                np.log(A_FLOOR)).to_numpy()
+            tau[i] = np.hypot(TAU_Q, pool.std(ddof=0).where(pool.count() > 1, 1.0).max())
+        k = rows["k"].to_numpy(float)
+        cycles = rows["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
+            np.where(k > 0, rows["alpha0"].to_numpy(float), 0.0), k)
+        log_a = np.log(cycles) + np.logaddexp(log_a_v, np.log(np.maximum(k, 1e-300)) + log_a_d)
+        return log_a - np.log(theory.BATCH_CAP), tau
+
+    def config_shares(self) -> np.ndarray:
+        """Each fitted configuration's stage-1 share as log odds (:func:`log_odds`), the
+        centre of its ``logit Q``, in :attr:`configs` order (:meth:`queue_factors`)."""
+        self.queue_factors()
+        return log_odds(self._config_shares.reindex(self.configs).to_numpy())
 
     def _per_config(self, name, tau, log_fitted, log_new, transform=None, shift=None,
                     tau_new=None):
@@ -419,8 +526,7 @@ class CapacityModel(HierarchicalModel):
         compute = self._group_compute(values)
         log_c3 = np.log(_compute_start(self).to_numpy())
         dev = log_c3 - np.log(compute)
-        log_q = self.queue_factors().reindex(
-            self.rows.drop_duplicates("config")["group"]).to_numpy()
+        log_q = self.config_shares()
         return out | {"log_C3": log_c3, "tau_C3": float(np.clip(dev.std(), 0.05, 1.0)),
                       "log_Q_wait": log_q + queue_shift(log_c3, np.log(self.queue_rates()))}
 
@@ -474,4 +580,4 @@ class DenseCapacityModel(DenseModel):
         c3 = _compute_start(self)
         # factorised codes follow first appearance, as self.configs does
         return super().start() | self.pooled_start("C3", c3.to_numpy()) | self.pooled_start(
-            "Q", np.full(len(c3), Q_START))
+            "Q", np.full(len(c3), Q_START / (1.0 - Q_START)))  # the share's odds

@@ -56,7 +56,10 @@ class DenseModel(LatencyModel):
         cidx = pm.Data("config_idx", idx, dims=dim)
         out = {}
         for name in self.parts:
+            # Q is a share: its log odds, not its log (the capacity variants' latency)
             median = np.log(self.config.prior(f"dense_{name.lower()}_median"))
+            if name == "Q":
+                median -= np.log1p(-np.exp(median))
             sd = self.config.prior("dense_q_log_sd" if name == "Q" else "dense_log_sd")
             if self.pooled:
                 mu = pm.Normal(f"mu_log_{name}", median, sd)
@@ -64,7 +67,7 @@ class DenseModel(LatencyModel):
                 log_c = pm.Normal(f"log_{name}", mu=mu, sigma=tau, dims="config")
             else:
                 log_c = pm.Normal(f"log_{name}", median, sd, dims="config")
-            out[name] = pt.exp(log_c)[cidx]
+            out[name] = (pt.sigmoid(log_c) if name == "Q" else pt.exp(log_c))[cidx]
         return out
 
     def pooled_start(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:

@@ -4,14 +4,15 @@ The exact likelihood of a fit is a Student-t on each row's log latency (:meth:`L
 <bayeslat.models.base.LatencyModel.build>`),
 
 .. math::
-    \log L_i = \log\bigl(L^{\mathrm{mem}}_i + L^{\mathrm{queue}}_i\bigr) + s\,[\text{sync}_i],
-    \qquad L^{\mathrm{mem}}_i = \frac{C_{1}}{h(1 - r_i C_{2})}, \qquad
-    L^{\mathrm{queue}}_i = \frac{Q\,C_{3}\,\rho_i}{h(1 - \rho_i)}, \quad \rho_i = r_i C_{3},
+    \log L_i = \tfrac12\log\bigl((L^{\mathrm{mem}}_i)^2 + (L^{\mathrm{comp}}_i)^2 - A^2\bigr)
+    + s\,[\text{sync}_i], \qquad L^{\mathrm{mem}}_i = \frac{C_{1}}{h(1 - r_i C_{2})}, \qquad
+    L^{\mathrm{comp}}_i = \frac{A}{h(1 - \rho_i)}, \quad A = Q\,B_{\max}\,C_{3}, \quad
+    \rho_i = (1 - Q)\,r_i C_{3},
 
 .. math::
     y_i \sim t_\nu\bigl(\log L_i,\ s_i\bigr), \qquad
     s_i^2 = \sigma^2 + \mathrm{se}_i^2 + \bigl(\sigma_{\mathrm{wall}}\,v_i\bigr)^2, \qquad
-    v_i = \frac{L^{\mathrm{queue}}_i / (L^{\mathrm{mem}}_i + L^{\mathrm{queue}}_i)}{h(1 - \rho_i)},
+    v_i = \frac{(L^{\mathrm{comp}}_i)^2 / L_i^2}{h(1 - r_i C_3)},
 
 with ``h`` the saturation barrier (:func:`~bayeslat.models.base.log_headroom`, whose width the
 caller gives) and each row's ``C1``, ``C2`` (and, with the compute wall, ``C3``, ``Q``) its
@@ -32,7 +33,9 @@ Derivatives (:func:`_kernel`): with the residual :math:`e = y - \mu`, the varian
 :math:`v = s^2` and :math:`z^2 = e^2/v`,
 :math:`\partial/\partial\mu = (\nu+1)e/(v(\nu+z^2))`,
 :math:`\partial/\partial v = ((\nu+1)z^2/(\nu+z^2) - 1)/(2v)`; through the mean and the scale to
-:math:`L^{\mathrm{mem}}` and :math:`L^{\mathrm{queue}}`, then to the coefficients with
+:math:`\log L^{\mathrm{mem}}`, :math:`\log A` and :math:`-\log h(1 - \rho)` (:math:`\mu` moves
+with them by :math:`1 - x`, :math:`x` and :math:`(L^{\mathrm{comp}})^2/L^2`, with
+:math:`x = 1 - (L^{\mathrm{mem}})^2/L^2`), then to the coefficients with
 :math:`d\log h(d)/dd = 1/\sqrt{d^2 + 4w^2}`.
 
 The sampler uses it for every exact fit it compiles with numba (nutpie:
@@ -52,6 +55,8 @@ import math
 
 import numba
 import numpy as np
+
+from bayeslat.theory import BATCH_CAP
 
 # Names of the coefficient inputs, with and without the compute wall.
 PARTS_WALL = ("C1", "C2", "C3", "Q")
@@ -88,7 +93,7 @@ def _log_product(value: float, product: float, logs: float) -> tuple[float, floa
 
 @numba.njit(cache=True, fastmath=FASTMATH)
 def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync, wall,
-            width):
+            width, batch):
     """Sum over the rows of the Student-t log density without its normalising constant, and
     its gradient with respect to ``c1``, ``c2``, ``c3``, ``q`` (per curve), ``sigma``,
     ``sigma_wall``, ``nu`` and ``shift``; ``width`` is the barrier's. Without the ``wall``,
@@ -105,37 +110,38 @@ def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sy
     p_var = p_den = 1.0
     log_var = log_den = sum_dvar = sum_moved = sum_weight = g_shift = 0.0
     cur = -1
-    a1 = a2 = a3 = aq = cc1 = cc2 = cc3 = q_c3 = two_c3 = 0.0
+    a1 = a2 = a3 = aq = cc1 = cc2 = cc3 = cq = intercept = slope = 0.0
     for i in range(rps.shape[0]):
         c, r = idx[i], rps[i]
         if c != cur:  # a new run: the last one's gradient out, this curve's values in
-            if cur >= 0:
-                g1[cur] += a1
+            if cur >= 0:  # a1, a3, aq were taken with respect to the logs
+                g1[cur] += a1 / cc1
                 g2[cur] += a2
-                g3[cur] += a3
-                gq[cur] += aq
+                if wall:
+                    g3[cur] += a3 / cc3
+                    gq[cur] += aq / cq
             cur, a1, a2, a3, aq = c, 0.0, 0.0, 0.0, 0.0
             cc1, cc2 = c1[c], c2[c]
             if wall:
-                cc3 = c3[c]
-                q_c3, two_c3 = q[c] * cc3 * cc3, 2.0 / cc3
+                cc3, cq = c3[c], q[c]
+                intercept, slope = cq * batch * cc3, (1.0 - cq) * cc3
         d2 = 1.0 - r * cc2
         root2 = math.sqrt(d2 * d2 + w4)
-        inv_h2 = _inverse_headroom(d2, root2, half_inv_w2)
-        mem = cc1 * inv_h2
-        latency, que, share, moves, inv_h3, root3 = mem, 0.0, 0.0, 0.0, 1.0, 1.0
-        if wall:
-            d3 = 1.0 - r * cc3
+        mem = cc1 * _inverse_headroom(d2, root2, half_inv_w2)
+        latency2, excess, share, moves, root3, root4 = mem * mem, 0.0, 0.0, 0.0, 1.0, 1.0
+        if wall:  # mu = log(mem² + comp² − A²)/2, comp = A/h3; moves = comp²/L²/h4
+            d3 = 1.0 - r * slope
             root3 = math.sqrt(d3 * d3 + w4)
             inv_h3 = _inverse_headroom(d3, root3, half_inv_w2)
-            que = q_c3 * r * inv_h3
-            latency = mem + que
-        inv_lat = 1.0 / latency
-        if wall:  # mu = log(mem + que); moves = que/(mem + que)/h3
-            share = que * inv_lat
-            moves = share * inv_h3
+            comp = intercept * inv_h3
+            latency2 += (comp - intercept) * (comp + intercept)
+            excess = 1.0 - mem * mem / latency2
+            share = comp * comp / latency2
+            d4 = 1.0 - r * cc3  # the batch's headroom at the wall
+            root4 = math.sqrt(d4 * d4 + w4)
+            moves = share * _inverse_headroom(d4, root4, half_inv_w2)
         var = sigma2 + se_rel[i] * se_rel[i] + wall2 * moves * moves
-        e = y[i] - math.log(latency) - shift * sync[i]
+        e = y[i] - 0.5 * math.log(latency2) - shift * sync[i]
         inv_var = 1.0 / var
         z2 = e * e * inv_var
         den = nu + z2
@@ -147,22 +153,24 @@ def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sy
         sum_dvar += d_var
         sum_weight += z2 * inv_den
         g_shift += d_mu * sync[i]
-        d_moves = 2.0 * wall2 * moves * d_var
-        d_mem = (d_mu - d_moves * moves) * inv_lat
-        a1 += d_mem * inv_h2
-        a2 += d_mem * mem * r / root2
+        # with respect to log mem, log A and -log h3 (d_moves: to log moves)
+        d_moves = 2.0 * wall2 * moves * d_var * moves
+        g_mem = (1.0 - excess) * (d_mu - 2.0 * d_moves)
+        a1 += g_mem
+        a2 += g_mem * r / root2
         if wall:
             sum_moved += moves * moves * d_var
-            d_que = (d_mu + d_moves * (1.0 - share) * inv_h3) * inv_lat
-            aq += d_que * que
-            a3 += d_que * que * (two_c3 + r / root3) + d_moves * moves * r / root3
+            g_a = excess * d_mu + 2.0 * (1.0 - excess) * d_moves
+            g_h = share * d_mu + (2.0 - 2.0 * share) * d_moves
+            t = r * cc3 / root3
+            a3 += g_a + g_h * (1.0 - cq) * t + d_moves * r * cc3 / root4
+            aq += g_a - g_h * cq * t
     if cur >= 0:
-        g1[cur] += a1
+        g1[cur] += a1 / cc1
         g2[cur] += a2
-        g3[cur] += a3
-        gq[cur] += aq
-    if wall:
-        gq /= q  # each row's term was d/d log q
+        if wall:
+            g3[cur] += a3 / cc3
+            gq[cur] += aq / cq
     # sum of log1p(z²/ν) = sum of log(ν + z²) − n log ν
     log_tail = log_den + math.log(p_den) - rps.shape[0] * math.log(nu)
     total = -0.5 * (log_var + math.log(p_var)) - 0.5 * nu1 * log_tail
@@ -206,7 +214,8 @@ def _op_class():
             return Apply(self, inputs, outputs)
 
         def perform(self, node, inputs, output_storage):
-            outputs = _select(_kernel(*_full(self.wall, inputs), self.width), self.wall)
+            outputs = _select(_kernel(*_full(self.wall, inputs), self.width, BATCH_CAP),
+                              self.wall)
             for store, value in zip(output_storage, outputs, strict=True):
                 store[0] = np.asarray(value, dtype=float)
 
@@ -265,7 +274,7 @@ def _register(cls) -> None:
     @basic.register_funcify_and_cache_key(cls)
     def _funcify(op, node, **kwargs):
         return (_numba_impl(op.wall, op.width),
-                f"bayeslat-rowstudentt-{key}-{int(op.wall)}-{op.width!r}")
+                f"bayeslat-rowstudentt-{key}-{int(op.wall)}-{op.width!r}-{BATCH_CAP}")
 
 
 def _numba_impl(wall: bool, width: float):
@@ -275,7 +284,7 @@ def _numba_impl(wall: bool, width: float):
         def fused(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync):
             total, g1, g2, g3, gq, gs, gw, gn, gh = _kernel(
                 c1, c2, c3, q, sigma.item(), sigma_wall.item(), nu.item(), shift.item(), idx,
-                rps, y, se_rel, sync, True, width)
+                rps, y, se_rel, sync, True, width, BATCH_CAP)
             return (np.asarray(total), g1, g2, g3, gq, np.asarray(gs), np.asarray(gw),
                     np.asarray(gn), np.asarray(gh))
     else:
@@ -283,7 +292,7 @@ def _numba_impl(wall: bool, width: float):
         def fused(c1, c2, sigma, nu, shift, idx, rps, y, se_rel, sync):
             total, g1, g2, g3, gq, gs, gw, gn, gh = _kernel(
                 c1, c2, c1, c1, sigma.item(), 0.0, nu.item(), shift.item(), idx, rps, y,
-                se_rel, sync, False, width)
+                se_rel, sync, False, width, BATCH_CAP)
             return np.asarray(total), g1, g2, np.asarray(gs), np.asarray(gn), np.asarray(gh)
     return fused
 

@@ -130,7 +130,11 @@ def group_coefficients(theta: np.ndarray, rows: pd.DataFrame, drafts: pd.Index):
                                          alpha, k, rows["decode_tokens"].to_numpy(float))
 
 
-def group_fit(rows: pd.DataFrame, drafts: pd.Index, wait: np.ndarray | None = None,
+# Shares Q from which group_fit starts the compute curve's intercept.
+QUEUE_STARTS = (0.01, 0.05, 0.2)
+
+
+def group_fit(rows: pd.DataFrame, drafts: pd.Index, c3: np.ndarray | None = None,
               loss: str = "linear") -> np.ndarray | None:
     """One group's six per-stage coefficients by least squares of ``log L`` over its
     unsaturated ``rows``, every configuration at once (the paper's coefficient method).
@@ -144,17 +148,19 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, wait: np.ndarray | None = No
     ----------
     rows, drafts
         The group's rows and its drafters (the order of ``c1d, c2d`` in the result).
-    wait
-        Optional: each row's queue wait per unit queue factor, ``C3·ρ/(1 − ρ)`` (s). The
-        curve is then the capacity variants' ``C1/(1 − rps·C2) + Q·wait``, and the group's
-        queue factor ``Q`` is fitted too, appended to the result.
+    c3
+        Optional: each row's wall ``C3`` (s per request, the compute time of a request at a
+        full batch). The curve is then the capacity variants' (:func:`bayeslat.theory.latency`)
+        with the compute curve's intercept ``A = g/E·(a_v + k·a_d)``, a verify step's and a
+        drafted token's share of it per cycle, and ``Q = A/(B_max·C3)``; ``a_v`` and ``a_d``
+        are fitted too, appended to the result.
     loss
         SciPy's ``least_squares`` loss (``"soft_l1"``: robust to a few outliers).
 
     Returns
     -------
-    ``c1p, c1v, c2p, c2v``, then ``c1d, c2d`` per drafter (and ``Q`` with ``wait``); None
-    where least squares fails.
+    ``c1p, c1v, c2p, c2v``, then ``c1d, c2d`` per drafter (and ``a_v, a_d`` with ``c3``);
+    None where least squares fails.
     """
     from scipy.optimize import least_squares
 
@@ -172,6 +178,9 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, wait: np.ndarray | None = No
                                             np.column_stack([c1d, c2d]).ravel()]))
     y, rps = np.log(rows["latency_mean"].to_numpy(float)), rows["rps"].to_numpy(float)
     n = len(theta0)
+    row_k = rows["k"].to_numpy(float)
+    row_cycles = rows["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
+        np.where(row_k > 0, rows["alpha"].fillna(0.0).to_numpy(float), 0.0), row_k)
 
     def residual(log_theta):
         c1, c2 = group_coefficients(np.exp(log_theta[:n]), rows, drafts)
@@ -179,14 +188,27 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, wait: np.ndarray | None = No
         log_room = np.where(room > BARRIER_WIDTH, np.log(np.maximum(room, BARRIER_WIDTH)),
                             np.log(BARRIER_WIDTH) + (room - BARRIER_WIDTH) / BARRIER_WIDTH)
         log_l = np.log(c1) - log_room
-        if wait is not None:
-            log_l = np.logaddexp(log_l, log_theta[n] + np.log(np.maximum(wait, 1e-300)))
+        if c3 is not None:  # L² = L_m² + L_c² − A², A = g/E·(a_v + k·a_d)
+            a = row_cycles * (np.exp(log_theta[n]) + row_k * np.exp(log_theta[n + 1]))
+            q = np.minimum(a / (theory.BATCH_CAP * c3), 0.999)
+            comp = a / np.maximum(1.0 - (1.0 - q) * rps * c3, BARRIER_WIDTH)
+            log_c = 0.5 * np.log(np.maximum(comp * comp - a * a, 1e-300))
+            log_l = 0.5 * np.logaddexp(2.0 * log_l, 2.0 * log_c)
         return log_l - y
 
-    x0 = np.log(theta0 if wait is None else np.append(theta0, 0.5))
-    try:
-        fit_ = least_squares(residual, x0, bounds=(x0 - 15, x0 + 15), x_scale="jac", loss=loss,
-                             f_scale=0.05)
-    except (ValueError, np.linalg.LinAlgError):
-        return None
-    return np.exp(fit_.x) if fit_.success else None
+    best, starts = None, [None]
+    if c3 is not None:
+        # a_v, a_d from a few shares Q: from one, the fit can slide to Q -> 0 (the compute
+        # curve off, a local optimum) where another start finds the bend
+        per_cycle = np.median(c3 / np.maximum(row_cycles, 1e-9)) * theory.BATCH_CAP
+        starts = [[q * per_cycle, q * per_cycle / 4] for q in QUEUE_STARTS]
+    for q0 in starts:
+        x0 = np.log(theta0 if q0 is None else np.append(theta0, q0))
+        try:
+            fit_ = least_squares(residual, x0, bounds=(x0 - 15, x0 + 15), x_scale="jac",
+                                 loss=loss, f_scale=0.05)
+        except (ValueError, np.linalg.LinAlgError):
+            continue
+        if fit_.success and (best is None or fit_.cost < best.cost):
+            best = fit_
+    return None if best is None else np.exp(best.x)
