@@ -75,6 +75,7 @@ from bayeslat.errors import NumericalError
 
 __all__ = [
     "tokens_per_cycle",
+    "verify_cycles",
     "effective_coefficients",
     "prefill_excess",
     "compute_coefficient",
@@ -198,8 +199,13 @@ def effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha, k, decode_tokens
     (C1, C2)
         ``C1`` in seconds, ``C2`` in seconds per request (``1/C2`` is the saturation rate).
     """
-    cycles = decode_tokens / tokens_per_cycle(alpha, k)
+    cycles = verify_cycles(decode_tokens, alpha, k)
     return c1p + cycles * (c1v + k * c1d), c2p + cycles * (c2v + k * c2d)
+
+
+def verify_cycles(decode_tokens, alpha, k):
+    """Verify cycles a request's decode takes, ``g/E(alpha, k)`` (``g`` at ``k = 0``)."""
+    return decode_tokens / tokens_per_cycle(alpha, k)
 
 
 def mean_context(prefill_tokens, decode_tokens):
@@ -239,7 +245,7 @@ def compute_coefficient(c3p, c3v, c3d, c3r, alpha, k, prefill_tokens, decode_tok
     -------
     ``C3`` in seconds per request: ``1/C3`` is the compute-bound capacity (req/s).
     """
-    cycles = decode_tokens / tokens_per_cycle(alpha, k)
+    cycles = verify_cycles(decode_tokens, alpha, k)
     return c3p + cycles * ((k + 1.0) * c3v + k * c3d
                            + mean_context(prefill_tokens, decode_tokens) * c3r)
 

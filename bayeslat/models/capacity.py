@@ -12,14 +12,10 @@ scheduler's batch is full (:func:`bayeslat.theory.latency`, whose docstring deri
 
 ``C3`` the compute time of a request at a full batch of ``B_max`` requests
 (:data:`bayeslat.theory.BATCH_CAP`) and ``Q`` the share of it that is the compute-bound step's
-intercept. Until the thirty-third session the variants added an M/G/1 queue's wait,
-``Q·C3·ρ/(1 − ρ)``, with its pole at the measured ceiling; in the engine simulator the
-compute-bound curve's pole lies beyond the ceiling (the ceiling is where the batch fills, not
-where compute saturates), and fitted one configuration at a time the queue's form missed the
-held-out top rates by 9.7% (mean) where this form misses them by 5.8%, the 1B's by 8–19% where
-this form misses them by 2–3% (benchmarks/README.md, thirty-third session). The measured
-ceilings (throughput benchmarks) are data of their own, so the fitted capacity must agree with
-them:
+intercept. (An M/G/1 queue's wait with its pole at the measured ceiling, the form before it,
+missed the held-out top rates more: the ceiling is where the batch fills, not where compute
+saturates; benchmarks/README.md, thirty-third to thirty-fifth sessions.) The measured ceilings
+(throughput benchmarks) are data of their own, so the fitted capacity must agree with them:
 
 .. math::
     \log \mathrm{ceiling}_c \sim N\bigl(-\log\max(C_{2c}, C_{3c}) - \delta,\
@@ -29,10 +25,8 @@ them:
 ``capacity`` (not ``dense-capacity``, whose walls are free per configuration) samples the
 shortfall ``δ``, one for the sweep (the ``ceiling_shortfall_sd`` prior): a throughput benchmark
 counts its completions over its whole run, its fill and drain included, so it delivers at most
-the capacity constant arrivals can sustain, and less where its batches run in waves. In the
-engine simulator the 70B's ceilings with 512-token outputs lie 4–10% below the rates its
-constant-rate benchmarks sustain, the 1B's and 8B's within 1–3%; fitted, ``δ`` is 0.024 on the
-70B sweep and near 0 on the others (benchmarks/README.md, twenty-first session).
+the capacity constant arrivals can sustain, and less where its batches run in waves (the engine
+simulator's 70B, 4–10%; benchmarks/README.md, twenty-first session).
 
 ``capacity`` is :mod:`~bayeslat.models.hierarchical` with three more coefficients per group
 and one more per drafter, under the same linear scaling priors (:mod:`bayeslat.scaling`:
@@ -48,45 +42,25 @@ compute time, and a share ``Q`` per configuration around its group's stage-1 law
 
 a request's prefill plus, in each of its ``g/E`` verify cycles, the ``k+1`` tokens it scores,
 the ``k`` it drafts and the read of its KV cache (:func:`~bayeslat.theory.compute_coefficient`).
-Without the reads the law's per-request intercept grew with the output length and a held-out
-short-output workload's walls came out up to 60% too slow (benchmarks/README.md,
-thirty-second session). The walls tell ``c3v``, ``c3d`` and ``c3r`` apart only across
-groups, so the spreads of the last two are fixed (:attr:`CapacityModel.fixed_spread`). The walls'
-spread :math:`s_{C3} = (\tau_{C3}^2 + f^2)^{1/2}` has a floor ``f`` (the ``wall_spread_floor``
-prior, 2%): no law places a wall closer than a benchmark measures it, and where a sweep's walls
-all lie near their law (the engine simulator's Llama-1B), a spread free to reach 0 funnelled.
+The walls tell ``c3v``, ``c3d`` and ``c3r`` apart only across groups, so the spreads of the
+last two are fixed (:attr:`CapacityModel.fixed_spread`). The walls' spread
+:math:`s_{C3} = (\tau_{C3}^2 + f^2)^{1/2}` has a floor ``f`` (the ``wall_spread_floor`` prior,
+2%): no law places a wall closer than a benchmark measures it, and a spread free to reach 0
+funnelled where a sweep's walls all lie near their law.
 :math:`\hat Q_c` is an empirical-Bayes centre (:meth:`CapacityModel.queue_factors`): the
 group's six coefficients and a law of its compute curve's intercept, ``A = g/E·(a_v + k·a_d)``
 (a verify step's arithmetic that does not grow with the batch, and each drafted token's), by
 robust least squares, each wall at its measured ceiling, then ``Q̂_c = A_c/(B_max·C3_c)``,
-floored at :data:`Q_FLOOR` (the example: 0.001–0.05 between groups). Centred on its group's one
-share instead, the held-out top rates' mean error was 9.5% against 8.0% (benchmarks/README.md,
-thirty-third session). With
-the queue's form before it, which of a group's memory term (``c2p``) and its queue carried its
-load growth was weakly identified: with ``Q`` hyperparameters sampled (a population
-``N(μ_Q, τ_Q)``), a configuration's ``Q`` drifted between a spike and a slab reaching e^−11
-and a group-level ``q`` gave two modes against the group's ``C2``; centred on the stage-1 value
-with the within-group spread, ``Q`` keeps each configuration's freedom and the slab is gone
-(benchmarks/README.md). A configuration never measured is centred on its group's law
-``A/(B_max·C3)`` with its own wall, or, for a group never measured, on the geometric mean of its
-server's groups' intercept terms that their curves measure (of every group's for a new server),
-their spread added to ``τ_Q`` (:meth:`CapacityModel.new_shares`): with the groups' mean share
-instead, the 70B's p1024 g128 workload held out was predicted 54% off (median), 12% with its
-server's law. ``c2d``, ``c2v``,
-``c3v`` and ``c3p`` are sampled non-centred by default (:meth:`CapacityModel.default_config`): the
-data leave the drafter's per-request cost near 0, a funnel for a centred ``log c2d``; with the
-compute curve bending the top points the groups' ``c2v`` lie close to their law, a funnel for
-a centred pair of memory slopes (the example's fit met divergences at ``tau_c2v`` 0.009, its
-posterior's 5% quantile 0.09; non-centred it ran 2,350 draws without one); and each group's
-``c3v`` is
-informed only through its configurations' walls, which scatter around it by ``τ_C3``, so a
-centred ``log c3v`` and its spread ``tau_c3v`` form a funnel too (centred, the example's fit
-stopped at its first divergence after 150 draws with ``tau_c3v`` the slowest, R-hat 1.20;
-non-centred it ran 2,000 draws without one); so do ``log c3p`` and ``tau_c3p`` (the groups'
-prefills, pinned by their walls, lie near their law: centred, the example's fit met a
-divergence at ``log tau_c3p`` 7 posterior sd below its mean, at ``target_accept`` 0.95 and
-at 0.98; non-centred it ran 2,950 draws without one, benchmarks/README.md, thirty-fifth
-session).
+floored at :data:`Q_FLOOR`. Sampled as a free population instead, ``Q`` and the group's memory
+term ``c2p`` traded its load growth between two modes. A configuration never measured is
+centred on its group's law with its own wall, or, for a group never measured, on the geometric
+mean of its server's groups' intercept terms that their curves measure (of every group's for a
+new server), their spread added to ``τ_Q`` (:meth:`CapacityModel.new_shares`).
+
+``c2d``, ``c2v``, ``c3v`` and ``c3p`` are sampled non-centred by default
+(:meth:`CapacityModel.default_config`): the data pin each near its law (``c2d`` near 0), so a
+centred coefficient and its spread form a funnel, where the example's fits met divergences
+(benchmarks/README.md, eighth, thirteenth and thirty-fifth sessions).
 
 The scatter of the walls is there because compute is not the only wall: the batch limit
 (``max_num_seqs``) and the KV cache cap the concurrency too, and on a small verifier they bind
@@ -102,38 +76,20 @@ a rate that was served), which the barrier excludes anyway, is dropped. The shar
 shifted by the wall's place just below the top rate, ``log Q + log(C3·ρ/(1 − ρ))`` at ``ρ =
 QUEUE_AT·r·C3`` (:func:`queue_shift`; a shift, so the prior is unchanged), near the log of the
 compute curve's rise there: the top points pin that rise, not ``Q``, which trades against the
-wall's place (measured with the queue's form, whose wait this shift was: the twenty-sixth
-session). Not at the top rate itself: where the wall nears the top rate the top point's band
-widens (below) and the points beneath it pin the wait instead, so a wait sampled at the top rate
-runs along the headroom (correlation −0.9 to −1.0 for 54 of the example's 156 configurations,
-the narrowest directions of the posterior); at :data:`QUEUE_AT` of it the median correlation is
-−0.23 and the example's fit reaches the bar in 1,500 draws a chain instead of 2,350, with 15%
-fewer steps a draw (benchmarks/README.md, twenty-sixth session).
+wall's place. Not at the top rate itself, where the top point's band widens (below) and a share
+sampled there runs along the headroom (benchmarks/README.md, twenty-sixth session).
 
 The form is an approximation near the wall (the token budget and the KV cache bind there too,
-the batch fluctuates, and each bends the curve its own way): fitted one configuration at a time
-the queue's form before it missed the points just below the wall by up to 7%. Those misses are
-not outliers, and a Student-t that called them so would let a top point choose between being
-fitted and being ignored (two modes). The likelihood's scale therefore grows with how far the
-latency moves with the wall, ``s² = sigma² + se² + (sigma_wall·v)²``, ``v = w/(1 − ρ)`` with
-``w`` the compute curve's share of ``L²`` and ``ρ = rps·C3`` the batch's fill (near the wall the
-batch, fluctuating about its mean, meets its cap, and the latency follows the wall's place as a
-queue's does; over the compute curve's own headroom ``1 − (1 − Q)·ρ`` instead, the held-out top
-rates fell inside their 90% bands for 0.80 of the configurations, with ``1 − ρ`` 0.83–0.84)
+the batch fluctuates, and each bends the curve its own way). Those misses are not outliers, and
+a Student-t that called them so would let a top point choose between being fitted and being
+ignored (two modes). The likelihood's scale therefore grows with how far the latency moves with
+the wall, ``s² = sigma² + se² + (sigma_wall·v)²``, ``v = w/(1 − ρ)`` with ``w`` the compute
+curve's share of ``L²`` and ``ρ = rps·C3`` the batch's fill
 (:meth:`~bayeslat.models.base.LatencyModel.likelihood_scale`,
 :func:`~bayeslat.theory.wall_sensitivity`): ``sigma_wall`` is a jitter of the wall itself (each
 benchmark, of finite length, sees its own effective wall), so the bands widen as the wall nears,
-and a point nearer the wall than any fitted one gets the band its extrapolation needs. With
-``w`` alone the example's top rates, each held out and predicted, fell inside their 90% band for
-0.56 of 156 configurations, nearly all of the misses below it; with ``v``, 0.87 (the queue's
-form; benchmarks/README.md, fourteenth session).
-
-Against the queue's form before it (``L_m`` plus an M/G/1 wait with its pole at the
-measured ceiling), in this hierarchical model on the shipped example: the held-out top rates
-7.2% off against 9.9%, whole workloads never measured 6–14% (median) against 6.5–18%,
-acceptance rates 2.3–2.8% against 2.9–3.4%, PSIS-LOO +63 ± 17; the real llm-d sweep's
-left-out rates (``dense-capacity``) 1.2% against 2.2%; its fit 1.7–2.4 times slower
-(benchmarks/README.md, thirty-fourth and thirty-fifth sessions).
+and a point nearer the wall than any fitted one gets the band its extrapolation needs
+(benchmarks/README.md, fourteenth and thirty-fourth sessions).
 
 ``dense-capacity`` is :mod:`~bayeslat.models.dense` with ``log C3`` and ``logit Q`` per
 configuration, pooled like ``C1`` and ``C2``; it needs no SD rows (a baseline-only sweep).
@@ -427,10 +383,7 @@ class CapacityModel(HierarchicalModel):
                     out[group] = Q_START
                     continue
                 laws[group] = np.log(theta[-2:])
-                k = one["k"].to_numpy(float)
-                cycles = one["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
-                    np.where(k > 0, one["alpha"].fillna(0.0).to_numpy(float), 0.0), k)
-                q = pd.Series(cycles * (theta[-2] + k * theta[-1])
+                q = pd.Series(st.cycles_of(one) * (theta[-2] + one["k"].to_numpy(float) * theta[-1])
                               / (theory.BATCH_CAP * c3[mine]), index=one["config"].to_numpy())
                 q = q.groupby(level=0).first()
                 shares[q.index] = q.to_numpy()
@@ -471,9 +424,8 @@ class CapacityModel(HierarchicalModel):
                 np.log(A_FLOOR)).to_numpy()
             tau[i] = np.hypot(TAU_Q, pool.std(ddof=0).where(pool.count() > 1, 1.0).max())
         k = rows["k"].to_numpy(float)
-        cycles = rows["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
-            np.where(k > 0, rows["alpha0"].to_numpy(float), 0.0), k)
-        log_a = np.log(cycles) + np.logaddexp(log_a_v, np.log(np.maximum(k, 1e-300)) + log_a_d)
+        log_a = np.log(st.cycles_of(rows)) + np.logaddexp(
+            log_a_v, np.log(np.maximum(k, 1e-300)) + log_a_d)
         return log_a - np.log(theory.BATCH_CAP), tau
 
     def config_shares(self) -> np.ndarray:
@@ -543,7 +495,7 @@ class CapacityModel(HierarchicalModel):
         c3 = _compute_start(self)
         cfg = rows.groupby(codes).first().loc[c3.index]
         k = cfg["k"].to_numpy(float)
-        cycles = (cfg["decode_tokens"] / theory.tokens_per_cycle(cfg["alpha0"], k)).to_numpy()
+        cycles = st.cycles_of(cfg)
         reads = cycles * theory.mean_context(cfg["prefill_tokens"], cfg["decode_tokens"]).to_numpy()
         units = self.units
         start = {q: np.zeros(len(units[_dim(q)])) for q in scaling.COMPUTE_COEFS}

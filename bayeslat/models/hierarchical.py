@@ -521,8 +521,7 @@ class HierarchicalModel(LatencyModel):
         codes, _ = pd.factorize(rows["config"])
         fits = st.linear_fits(codes, rows["rps"].to_numpy(), rows["latency_mean"].to_numpy())
         cfg = rows.groupby(codes).first().loc[fits.index]
-        e = theory.tokens_per_cycle(cfg["alpha0"].to_numpy(), cfg["k"].to_numpy())
-        cycles = cfg["decode_tokens"].to_numpy() / e
+        cycles = st.cycles_of(cfg)
         drafted = cycles * cfg["k"].to_numpy()
         groups, drafts = self.units["group"].index, self.units["draft"].index
         out = {c: np.zeros(len(groups if _dim(c) == "group" else drafts)) for c in scaling.COEFS}

@@ -29,6 +29,14 @@ from bayeslat.models.base import BARRIER_WIDTH
 MAX_LOAD = 0.95
 
 
+def cycles_of(frame: pd.DataFrame) -> np.ndarray:
+    """Verify cycles of each row's requests, ``g/E(alpha, k)`` (:func:`theory.verify_cycles`;
+    a baseline row's missing ``alpha`` is irrelevant: ``E = 1`` at ``k = 0``)."""
+    return theory.verify_cycles(frame["decode_tokens"].to_numpy(float),
+                                frame["alpha"].fillna(0.0).to_numpy(float),
+                                frame["k"].to_numpy(float))
+
+
 def linear_fits(config: np.ndarray, rps: np.ndarray, latency: np.ndarray) -> pd.DataFrame:
     """``C1``, ``C2`` per configuration from ``1/L = a − b·rps`` (``C1 = 1/a``, ``C2 = b/a``).
 
@@ -168,8 +176,7 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, c3: np.ndarray | None = None
     lines = linear_fits(codes, rows["rps"].to_numpy(float), rows["latency_mean"].to_numpy(float))
     first = rows.groupby(codes).first().loc[lines.index]
     k = first["k"].to_numpy(float)
-    cycles = first["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
-        np.where(k > 0, first["alpha"].fillna(0.0).to_numpy(float), 0.0), k)
+    cycles = cycles_of(first)
     d = np.maximum(drafts.get_indexer(first["drafter"]), 0)
     (c1p, c1v, c1d), (c2p, c2v, c2d) = (
         stage_coefficients(cycles, cycles * k, d, lines[stage].to_numpy(), len(drafts))
@@ -178,9 +185,7 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, c3: np.ndarray | None = None
                                             np.column_stack([c1d, c2d]).ravel()]))
     y, rps = np.log(rows["latency_mean"].to_numpy(float)), rows["rps"].to_numpy(float)
     n = len(theta0)
-    row_k = rows["k"].to_numpy(float)
-    row_cycles = rows["decode_tokens"].to_numpy(float) / theory.tokens_per_cycle(
-        np.where(row_k > 0, rows["alpha"].fillna(0.0).to_numpy(float), 0.0), row_k)
+    row_k, row_cycles = rows["k"].to_numpy(float), cycles_of(rows)
 
     def residual(log_theta):
         c1, c2 = group_coefficients(np.exp(log_theta[:n]), rows, drafts)
