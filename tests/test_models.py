@@ -107,21 +107,22 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     np.testing.assert_allclose(pred["capacity"], cap)
 
 
-def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c2v_c3v_noncentred(
+def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c3v_c3d_noncentred(
         fitted):
-    """Q per configuration around its group's stage-1 law (no hyperparameters), and c2d, c2v
-    and c3v sampled non-centred by the variant's default config; the paper's variants keep
-    theirs."""
+    """Q per configuration around its group's stage-1 law (no hyperparameters), c2d, c3v,
+    c3p and c3d sampled non-centred by the variant's default config and the memory slopes as
+    one centred pair; the paper's variants keep theirs."""
     model, _ = fitted
     post = model.idata.posterior
     if model.variant != "capacity":
         assert "z_c2d" not in post
         assert model.config.noncentered == ("c1p",)
         return
-    assert model.config.noncentered == ("c1p", "c2d", "c2v", "c3v", "c3p")
+    assert model.config.noncentered == ("c1p", "c2d", "c3v", "c3p", "c3d")
     assert "z_c2d" in post and "log_c2d" not in post
-    assert "z_c2v" in post and "log_c2" not in post
-    assert "z_c3v" in post and "log_c3v" not in post
+    assert "log_c2" in post and "z_c2v" not in post
+    for coef in ("c3v", "c3p", "c3d"):
+        assert f"z_{coef}" in post and f"log_{coef}" not in post
     assert post["log_Q_wait"].dims == ("chain", "draw", "config")
     assert "q" not in post and "tau_q" not in post and "mu_log_Q" not in post
     # centred on its group's stage-1 law of the intercept, floored: the start sits there
@@ -169,7 +170,7 @@ def test_memory_slopes_are_one_pair_in_coordinates_with_unit_jacobian(fitted):
 
     model, _ = fitted
     post = model.idata.posterior
-    if model.per_configuration or "c2v" in model.config.noncentered:  # capacity: z_c2v
+    if model.per_configuration or "c2v" in model.config.noncentered:
         assert "log_c2" not in post
         return
     assert post["log_c2"].dims == ("chain", "draw", "group", "memory")
@@ -192,6 +193,52 @@ def test_memory_slopes_are_one_pair_in_coordinates_with_unit_jacobian(fitted):
             jac[:, i] = (backward(su + step)[j] - backward(su - step)[j]) / (2 * h)
         assert abs(abs(np.linalg.det(jac)) - 1.0) < 1e-6, jac
     assert not pytensor.function([x], transform.log_jac_det(x))(su).any()
+
+
+def test_capacitys_compute_laws_are_sampled_in_law_coordinates():
+    """``c3v``'s and ``c3d``'s betas are sampled as the log of the law at the mean unit and
+    the log shares of its terms (:func:`law_coordinates`): the map and its inverse agree, its
+    log Jacobian determinant is the finite-difference one, and the prior is the same
+    half-normal (the log density in the new coordinates is the log-transformed one's, moved
+    by the two maps' Jacobians); the paper's variant keeps ``log beta``."""
+    import pymc as pm
+    import pytensor
+    import pytensor.tensor as pt
+
+    from bayeslat.models.hierarchical import law_coordinates
+
+    capacity = get("capacity")(table("capacity"))
+    free = {v.name for v in capacity.build().value_vars}
+    for coef in ("c3v", "c3d", "c3p"):  # a law of one feature (the intercept) keeps its log
+        law = coef != "c3p" and capacity.x[coef].shape[1] > 1
+        assert (f"beta_{coef}_law__" in free) == law and (f"beta_{coef}_log__" in free) != law
+    assert "beta_c3v_law__" in free
+    assert not any(name.endswith("_law__") for name in
+                   (v.name for v in get("hierarchical")(table("hierarchical")).build().value_vars))
+    rng = np.random.default_rng(1)
+    for n in (2, 3):
+        weight = np.log(rng.uniform(0.5, 2.0, n))
+        transform, v = law_coordinates(weight), pt.dvector("v")
+        forward, backward, log_det = (pytensor.function([v], f(v)) for f in (
+            transform.forward, transform.backward, transform.log_jac_det))
+        su = rng.normal(0.0, 2.0, n)
+        beta = backward(su)
+        assert (beta > 0).all()
+        np.testing.assert_allclose(forward(beta), su, atol=1e-12)
+        np.testing.assert_allclose(np.log(np.sum(np.exp(weight) * beta)), su[0], atol=1e-12)
+        h, jac = 1e-6, np.empty((n, n))
+        for i in range(n):
+            step = np.zeros(n)
+            step[i] = h
+            jac[:, i] = (backward(su + step) - backward(su - step)) / (2 * h)
+        np.testing.assert_allclose(log_det(su), np.log(abs(np.linalg.det(jac))), atol=1e-6)
+        with pm.Model() as law:
+            pm.HalfNormal("b", 1.0, shape=n, transform=transform, default_transform=None)
+        with pm.Model() as logs:
+            pm.HalfNormal("b", 1.0, shape=n)
+        np.testing.assert_allclose(
+            law.compile_logp()({"b_law__": su}),
+            logs.compile_logp()({"b_log__": np.log(beta)}) - np.log(beta).sum() + log_det(su))
 
 
 def test_group_fit_recovers_the_compute_curves_intercept_law():

@@ -40,7 +40,7 @@ def test_a_config_file_overrides_the_variants_own_defaults(tmp_path):
     path = tmp_path / "model.toml"
     path.write_text("[priors]\ntau_mean = 0.3\n")
     capacity, hierarchical = config_of("capacity", path), config_of("hierarchical", path)
-    assert capacity.noncentered == ("c1p", "c2d", "c2v", "c3v", "c3p")
+    assert capacity.noncentered == ("c1p", "c2d", "c3v", "c3p", "c3d")
     assert hierarchical.noncentered == ("c1p",)
     assert capacity.prior("tau_mean") == hierarchical.prior("tau_mean") == 0.3
     path.write_text('noncentered = ["c1p"]\n')
