@@ -172,6 +172,9 @@ class _CapacityStub:
         # Poisson benchmarks: the smooth curve (no staircase of evenly spaced requests)
         self.table = self.rows.assign(strategy="poisson", saturated=False)
 
+    def thinned(self, max_draws, rng):  # six draws: nothing to thin
+        return self
+
     def predict(self, rows, seed=0):
         values = np.array([self.PARTS[int(k)] for k in rows["k"]])  # obs x part
         draws = np.broadcast_to(values, (2, 3, *values.shape))

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pymc as pm
 import pytest
 import xarray as xr
@@ -220,6 +221,19 @@ def test_each_configuration_is_measured_as_far_as_its_nearest_measured_neighbour
     other = one.assign(prefill_tokens=2048.0)
     other["setup"] = schema.draft_labels(other)
     assert np.isnan(decide.measured_configurations(model, other, [0.6], [0, 2])).all()
+
+
+def test_headline_summarises_at_most_max_draws(fits):
+    """The headline's medians come from a subset of the draws (decide.HEADLINE_DRAWS on a real
+    fit): all of them where there are no more, fewer otherwise, which moves the medians by
+    Monte Carlo error only (inside the full posterior's 90% interval)."""
+    model = fitting.load(fits["hierarchical"])
+    total = model.posterior.sizes["chain"] * model.posterior.sizes["draw"]
+    full = decide.headline(model, max_draws=total)
+    pd.testing.assert_frame_equal(decide.headline(model, max_draws=10 * total), full)
+    few = decide.headline(model, max_draws=total // 4)
+    assert not np.allclose(few["speedup0"], full["speedup0"])
+    assert few["speedup0"].between(full["speedup0_lo"], full["speedup0_hi"]).all()
 
 
 def test_evenly_spaced_requests_climb_prefill_stalls_poisson_ones_do_not(fits):
