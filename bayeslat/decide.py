@@ -963,9 +963,9 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
     return out.transpose("setup", "alpha", "rps", "k", "stat", ...)
 
 
-def headline(model, seed: int = 0, max_draws: int = HEADLINE_DRAWS) -> pd.DataFrame:
+def headline(model, seed: int = 0, max_draws: int | None = HEADLINE_DRAWS) -> pd.DataFrame:
     """Per SD configuration: zero-load speedup and RPS* (median, 90% interval, P(exists)),
-    from at most ``max_draws`` posterior draws (chosen with ``seed``).
+    from at most ``max_draws`` posterior draws (chosen with ``seed``; None: every draw).
 
     Both from the configuration's ``C1``, ``C2`` and its group's baseline ``(k = 0)``, via
     :mod:`bayeslat.theory` (the zero-load speedup of a fit to constant-rate benchmarks is that
@@ -984,7 +984,8 @@ def headline(model, seed: int = 0, max_draws: int = HEADLINE_DRAWS) -> pd.DataFr
     if sd.empty:
         return pd.DataFrame(columns=["config", "speedup0", "speedup0_lo", "speedup0_hi",
                                      "rps_star", "rps_star_lo", "rps_star_hi", "p_break_even"])
-    model = model.thinned(max_draws, np.random.default_rng([seed, 1]))
+    if max_draws is not None:
+        model = model.thinned(max_draws, np.random.default_rng([seed, 1]))
     pred = model.predict(pd.concat([sd, base], ignore_index=True), seed=seed)
     n = len(sd)
     first, second = {"obs": slice(0, n)}, {"obs": slice(n, 2 * n)}

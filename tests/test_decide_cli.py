@@ -229,8 +229,8 @@ def test_headline_summarises_at_most_max_draws(fits):
     Monte Carlo error only (inside the full posterior's 90% interval)."""
     model = fitting.load(fits["hierarchical"])
     total = model.posterior.sizes["chain"] * model.posterior.sizes["draw"]
-    full = decide.headline(model, max_draws=total)
-    pd.testing.assert_frame_equal(decide.headline(model, max_draws=10 * total), full)
+    full = decide.headline(model, max_draws=None)
+    pd.testing.assert_frame_equal(decide.headline(model, max_draws=total), full)
     few = decide.headline(model, max_draws=total // 4)
     assert not np.allclose(few["speedup0"], full["speedup0"])
     assert few["speedup0"].between(full["speedup0_lo"], full["speedup0_hi"]).all()
