@@ -46,3 +46,28 @@ def test_registered_digamma_is_cacheable_and_gives_the_same_gradient():
     graph = model.compile_dlogp(mode="FAST_COMPILE").f.maker.fgraph
     text = pytensor.printing.debugprint(graph, file="str")
     assert "psi" in text.lower()
+
+
+@pytest.mark.parametrize("variant", ["hierarchical", "capacity"])
+def test_every_constant_of_the_log_density_is_one_numba_can_cache(variant):
+    """numba reads a constant array that is not contiguous (or is over 1 MB) by its address,
+    and a compiled function holding such an address is never written to the cache: the
+    example's log density was compiled afresh (about 40 s) on every fit of the same data. The
+    shipped example has three servers, so the server contrasts are there too."""
+    from pathlib import Path
+
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.traversal import ancestors
+
+    from bayeslat.data import schema
+    from bayeslat.models import config_of, get
+
+    sweep = schema.read_table(Path(__file__).parents[1] / "data" / "example" / "sweep.parquet")
+    model = get(variant)(sweep, config_of(variant, None))
+    pm_model = model.build(fused=True)
+    arrays = [v.data for v in ancestors([pm_model.logp(), *pm_model.deterministics])
+              if isinstance(v, Constant) and isinstance(v.data, np.ndarray) and v.data.ndim]
+    assert any(a.ndim == 2 and min(a.shape) > 1 for a in arrays)  # the design matrices
+    bad = [a.shape for a in arrays if not (a.flags.c_contiguous or a.flags.f_contiguous)
+           or a.nbytes > 10**6]
+    assert not bad

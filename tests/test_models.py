@@ -107,20 +107,21 @@ def test_capacity_variants_fit_the_measured_ceilings(fitted):
     np.testing.assert_allclose(pred["capacity"], cap)
 
 
-def test_capacity_centres_queue_factors_on_their_group_and_samples_c2d_c3v_c3d_noncentred(
+def test_capacity_centres_queue_factors_on_their_group_and_samples_c3v_c3d_noncentred(
         fitted):
-    """Q per configuration around its group's stage-1 law (no hyperparameters), c2d, c3v,
-    c3p and c3d sampled non-centred by the variant's default config and the memory slopes as
-    one centred pair; the paper's variants keep theirs."""
+    """Q per configuration around its group's stage-1 law (no hyperparameters), c3v, c3p and
+    c3d sampled non-centred by the variant's default config, and the memory slopes with the
+    drafter's as one centred triple (its spread fixed); the paper's variants keep theirs."""
     model, _ = fitted
     post = model.idata.posterior
     if model.variant != "capacity":
         assert "z_c2d" not in post
         assert model.config.noncentered == ("c1p",)
         return
-    assert model.config.noncentered == ("c1p", "c2d", "c3v", "c3p", "c3d")
-    assert "z_c2d" in post and "log_c2d" not in post
+    assert model.config.noncentered == ("c1p", "c3v", "c3p", "c3d")
+    assert "z_c2d" not in post and "log_c2d" not in post and "tau_c2d" not in post
     assert "log_c2" in post and "z_c2v" not in post
+    assert list(post["memory"].values) == ["c2p", "c2v", "c2d"]
     for coef in ("c3v", "c3p", "c3d"):
         assert f"z_{coef}" in post and f"log_{coef}" not in post
     assert post["log_Q_wait"].dims == ("chain", "draw", "config")
@@ -160,12 +161,10 @@ def test_capacity_wall_scores_drafts_and_reads_the_kv_cache_per_cycle():
 
 def test_memory_slopes_are_one_pair_in_coordinates_with_unit_jacobian(fitted):
     """The scaling variants sample each group's ``(log c2p, log c2v)`` as one variable whose
-    sampler coordinates are ``(log(c2p + g·m·c2v), log c2p − log(g·m·c2v))``: the map and its
-    inverse agree, its Jacobian determinant is 1 in magnitude (numerically), and the
-    coefficients the rest of the model reads are its two columns."""
-    import pytensor
-    import pytensor.tensor as pt
-
+    sampler coordinates are ``(log(c2p + g·m·c2v), log c2p − log(g·m·c2v))``, and ``capacity``
+    (one drafter a group, ``c2d``'s spread fixed) each group's drafter's ``log c2d`` with them:
+    the map and its inverse agree, its Jacobian determinant is 1 in magnitude (numerically),
+    and the coefficients the rest of the model reads are its columns."""
     from bayeslat.models.hierarchical import memory_pair
 
     model, _ = fitted
@@ -174,20 +173,37 @@ def test_memory_slopes_are_one_pair_in_coordinates_with_unit_jacobian(fitted):
         assert "log_c2" not in post
         return
     assert post["log_c2"].dims == ("chain", "draw", "group", "memory")
-    np.testing.assert_allclose(np.exp(post["log_c2"].sel(memory="c2p")), post["c2p"], rtol=1e-6)
-    np.testing.assert_allclose(np.exp(post["log_c2"].sel(memory="c2v")), post["c2v"], rtol=1e-6)
+    for coef in post["memory"].values:
+        logs = post["log_c2"].sel(memory=coef)
+        if coef == "c2d":
+            logs = logs.isel(group=model.draft_groups()).rename(group="draft")
+        np.testing.assert_allclose(np.exp(logs), post[coef], rtol=1e-6)
     weight = np.log(model.memory_weights())
     assert np.isfinite(weight).all() and len(weight) == post.sizes["group"]
-    transform, x = memory_pair(weight), pt.dmatrix("x")
+    assert model.triple() == ("c2d" in post["memory"])
+    assert model.triple() or model.variant != "capacity"
+    if model.triple():
+        weight = np.stack([weight, np.log(model.draft_weights())], axis=-1)
+        assert np.isfinite(weight).all()
+    _assert_unit_jacobian(memory_pair(weight),
+                          len(weight), post.sizes["memory"])
+
+
+def _assert_unit_jacobian(transform, units, width):
+    """``transform``'s map of ``(units, width)`` values and its inverse agree, and its
+    Jacobian determinant is 1 in magnitude (numerically) and its log 0 (as it says)."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    x = pt.dmatrix("x")
     forward, backward = (pytensor.function([x], f(x)) for f in (transform.forward,
                                                                   transform.backward))
-    rng = np.random.default_rng(0)
-    ab = rng.normal(-3.0, 2.0, (len(weight), 2))
+    ab = np.random.default_rng(0).normal(-3.0, 2.0, (units, width))
     np.testing.assert_allclose(backward(forward(ab)), ab, rtol=1e-10, atol=1e-10)
     su, h = forward(ab), 1e-6
-    for j in range(len(weight)):
-        jac = np.empty((2, 2))
-        for i in range(2):
+    for j in range(units):
+        jac = np.empty((width, width))
+        for i in range(width):
             step = np.zeros_like(su)
             step[j, i] = h
             jac[:, i] = (backward(su + step)[j] - backward(su - step)[j]) / (2 * h)

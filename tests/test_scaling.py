@@ -34,13 +34,14 @@ def test_toml_overrides_only_what_it_names(tmp_path):
 
 def test_a_config_file_overrides_the_variants_own_defaults(tmp_path):
     """A file that sets only priors keeps each variant's parameterisation: capacity's
-    non-centred c2d and c3v (without them its fit funnels) are not reset to the base default."""
+    non-centred c3v, c3p and c3d (without them its fit funnels) are not reset to the base
+    default."""
     from bayeslat.models import config_of
 
     path = tmp_path / "model.toml"
     path.write_text("[priors]\ntau_mean = 0.3\n")
     capacity, hierarchical = config_of("capacity", path), config_of("hierarchical", path)
-    assert capacity.noncentered == ("c1p", "c2d", "c3v", "c3p", "c3d")
+    assert capacity.noncentered == ("c1p", "c3v", "c3p", "c3d")
     assert hierarchical.noncentered == ("c1p",)
     assert capacity.prior("tau_mean") == hierarchical.prior("tau_mean") == 0.3
     path.write_text('noncentered = ["c1p"]\n')

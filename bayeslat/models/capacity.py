@@ -57,16 +57,23 @@ centred on its group's law with its own wall, or, for a group never measured, on
 mean of its server's groups' intercept terms that their curves measure (of every group's for a
 new server), their spread added to ``τ_Q`` (:meth:`CapacityModel.new_shares`).
 
-``c2d``, ``c3v``, ``c3p`` and ``c3d`` are sampled non-centred by default
-(:meth:`CapacityModel.default_config`): the data pin the first three near their law (``c2d``
-near 0), so a centred coefficient and its spread form a funnel, where the example's fits met
-divergences, and leave the drafters' ``c3d`` to its law, which a centred ``c3d`` follows along
-a ridge (benchmarks/README.md, eighth, thirteenth, thirty-fifth and thirty-sixth sessions).
+``c3v``, ``c3p`` and ``c3d`` are sampled non-centred by default
+(:meth:`CapacityModel.default_config`): the data pin the first two near their law, so a
+centred coefficient and its spread form a funnel, where the example's fits met divergences,
+and leave the drafters' ``c3d`` to its law, which a centred ``c3d`` follows along a ridge
+(benchmarks/README.md, eighth, thirteenth, thirty-fifth and thirty-sixth sessions).
 The memory slopes ``c2p`` and ``c2v`` are centred, as one pair
 (:meth:`~bayeslat.models.hierarchical.HierarchicalModel.paired_logs`): non-centred, each
 group's ``z_c2v`` ran with ``tau_c2v`` along the posterior's narrowest directions (412 leapfrog
-steps a draw on the example against 178 as the pair). An earlier compute curve (thirty-third
-session) let ``tau_c2v`` reach 0.009, where the pair funnelled; its 1% quantile is now 0.13.
+steps a draw on the example against 178 as the pair). The drafter's ``c2d`` joins them, one
+triple a group (:func:`~bayeslat.models.hierarchical.memory_pair`), its spread fixed: the
+data leave ``c2d`` at its prior (its spread's posterior was its prior, 0.25 ± 0.18) except that
+it cannot take much of the memory slope the group's configurations pin, and in its own log a
+non-centred ``c2d`` met that bound as a curved ridge with the pair, where the example's fit
+at seed 0 and its top-rate fold diverged; in the triple neither does, nor six short runs
+(benchmarks/README.md, thirty-seventh and thirty-eighth sessions). An earlier compute curve
+(thirty-third session) let ``tau_c2v`` reach 0.009, where the pair funnelled; its 1% quantile
+is now 0.13.
 The laws of ``c3v`` and ``c3d`` leave their intercepts loose (the drafters' from 1e-8 to
 3e-6 s between the 1% and 99% quantiles), so their betas are sampled as the law at the mean
 unit and its terms' log shares (:func:`~bayeslat.models.hierarchical.law_coordinates`, the
@@ -236,7 +243,9 @@ class CapacityModel(HierarchicalModel):
     # drafter's, the verifier's and the hardware's, not the workload's: with both spreads fixed
     # at tau_mean, as every spread is in a fold of nine groups (benchmarks/README.md,
     # thirty-second session).
-    fixed_spread = ("c3d", "c3r")
+    # c2d's too: the data leave it at its prior but for a bound, and a sampled spread funnels
+    # in the memory triple (benchmarks/README.md, thirty-eighth session)
+    fixed_spread = ("c2d", "c3d", "c3r")
     # The compute wall's laws leave their intercepts unidentified (the drafters' c3d from 1e-8
     # to 3e-6 s, 1% to 99%): in log beta the fits diverged at the intercept's tail
     # (benchmarks/README.md, thirty-sixth session)
@@ -244,13 +253,13 @@ class CapacityModel(HierarchicalModel):
 
     @classmethod
     def default_config(cls) -> ScalingConfig:
-        """The default design and priors, with ``c2d``, ``c3v``, ``c3p`` and ``c3d``
-        non-centred as well as ``c1p`` (module docstring), and the ceilings' shortfall below the
+        """The default design and priors, with ``c3v``, ``c3p`` and ``c3d`` non-centred as
+        well as ``c1p`` (module docstring), and the ceilings' shortfall below the
         capacity sampled (``ceiling_shortfall_sd`` 0.05)."""
         return ScalingConfig(design=scaling.DEFAULT_DESIGN | {"c2p": CAPACITY_STALL},
                              priors=copy.deepcopy(scaling.DEFAULT_PRIORS)
                              | {"ceiling_shortfall_sd": 0.05},
-                             noncentered=("c1p", "c2d", "c3v", "c3p", "c3d"))
+                             noncentered=("c1p", "c3v", "c3p", "c3d"))
 
     def curve_inputs(self, curves):
         return super().curve_inputs(curves) | {

@@ -76,7 +76,12 @@ and sampled apart the two ran along a ridge (correlation −0.6 to −0.9 in the
 In these coordinates the example's fit takes 206–213 leapfrog steps a draw at ``target_accept``
 0.95 where it took 315–325 (benchmarks/README.md, twenty-seventh session). Where the stall has
 knees and the spreads are sampled, the two are non-centred instead
-(:meth:`HierarchicalModel.centred`).
+(:meth:`HierarchicalModel.centred`). Where ``c2d`` is centred with its spread fixed and every
+group has one drafter, that drafter's ``log c2d`` joins them as a third column
+(:func:`memory_pair`): the data leave ``c2d`` at its prior but bound it by the slope the
+group's configurations pin, a bound that in the pair's coordinates and ``c2d``'s own log is a
+curved ridge (the capacity variant's divergences, benchmarks/README.md, thirty-eighth
+session).
 
 A level with fewer units than the ``tau_min_units`` prior (10) has its spread fixed,
 :math:`\tau_q = t`, instead of sampled: the deviations of four workloads of one verifier tell
@@ -118,32 +123,52 @@ def _contrasts(sizes: np.ndarray) -> np.ndarray:
     law = np.column_stack([np.ones_like(sizes), sizes])
     u, sv, _ = np.linalg.svd(law, full_matrices=True)
     rank = int((sv > 1e-9 * sv.max()).sum())
-    return u[:, rank:]
+    return np.ascontiguousarray(u[:, rank:])  # a constant numba can cache (compiled.py)
 
 
 def memory_pair(log_weight):
-    """The sampler's coordinates of ``(log c2p, log c2v)`` per group, ``log_weight`` each
+    r"""The sampler's coordinates of ``(log c2p, log c2v)`` per group, ``log_weight`` each
     group's ``log(g·m)`` (:meth:`HierarchicalModel.memory_weights`): ``s = log(c2p + g·m·c2v)``,
-    ``u = log c2p − log(g·m·c2v)``, a map with unit Jacobian."""
+    ``u = log c2p − log(g·m·c2v)``, a map with unit Jacobian.
+
+    With ``log_weight`` of shape ``(group, 2)``, the second column each group's
+    ``log(g·m_d)`` (:meth:`HierarchicalModel.draft_weights`), the coordinates of
+    ``(log c2p, log c2v, log c2d)``, the drafter's with the pair: the pair's sum
+    ``P = log(c2p + g·m·c2v)`` and split ``u`` as above, then the same map of ``(log(g·m_d·c2d),
+    P)``: ``s = log(e^P + g·m_d·c2d)``, ``v = log(g·m_d·c2d) − P``; unit Jacobian too."""
     import pytensor.tensor as pt
     from pymc.logprob.transforms import Transform
 
-    weight = pt.as_tensor(np.asarray(log_weight, dtype=float))
+    log_weight = np.asarray(log_weight, dtype=float)
+    triple = log_weight.ndim == 2
+    # contiguous columns: numba caches no function holding a strided constant (compiled.py)
+    weight, weight_d = (np.ascontiguousarray(log_weight.T) if triple else (log_weight, None))
+    weight = pt.as_tensor(weight)
+    weight_d = pt.as_tensor(weight_d) if triple else None
 
     class MemoryPair(Transform):
         r"""``(a, b) = (\log c_{2p}, \log c_{2v})`` ↔ ``(s, u)``:
         :math:`a = s - \mathrm{softplus}(-u)`, :math:`b = s - \mathrm{softplus}(u) - \log gm`;
-        :math:`|\partial(a, b)/\partial(s, u)| = \sigma(u) + \sigma(-u) = 1`."""
+        :math:`|\partial(a, b)/\partial(s, u)| = \sigma(u) + \sigma(-u) = 1`; a triple
+        composes two such maps."""
 
         name = "memory"  # no underscore: PyMC reads the variable's name back up to the last one
 
         def forward(self, value, *inputs):
             a, b = value[..., 0], value[..., 1] + weight
-            return pt.stack([pt.logaddexp(a, b), a - b], axis=-1)
+            pair = pt.logaddexp(a, b)
+            if not triple:
+                return pt.stack([pair, a - b], axis=-1)
+            d = value[..., 2] + weight_d
+            return pt.stack([pt.logaddexp(d, pair), a - b, d - pair], axis=-1)
 
         def backward(self, value, *inputs):
             s, u = value[..., 0], value[..., 1]
-            return pt.stack([s - pt.softplus(-u), s - pt.softplus(u) - weight], axis=-1)
+            if triple:  # the pair's sum and the drafter's log, as the pair's own map
+                v = value[..., 2]
+                d, s = s - pt.softplus(-v) - weight_d, s - pt.softplus(v)
+            pair = [s - pt.softplus(-u), s - pt.softplus(u) - weight]
+            return pt.stack(pair + [d] if triple else pair, axis=-1)
 
         def log_jac_det(self, value, *inputs):
             return pt.zeros_like(value)
@@ -442,7 +467,8 @@ class HierarchicalModel(LatencyModel):
         r"""``log c2p`` and ``log c2v`` of every group, sampled together where both are
         centred: one variable ``log_c2`` (dims ``group``, ``memory``) with their independent
         normal priors, in the sampler's coordinates of :func:`memory_pair`
-        (``log(c2p + g·m·c2v)``, ``log c2p − log(g·m·c2v)``); {} otherwise."""
+        (``log(c2p + g·m·c2v)``, ``log c2p − log(g·m·c2v)``), and with each group's drafter's
+        ``log c2d`` in those of :func:`memory_pair` where :meth:`triple`; {} otherwise."""
         import pymc as pm
         import pytensor.tensor as pt
 
@@ -450,26 +476,59 @@ class HierarchicalModel(LatencyModel):
             return {}
         (_, tau_p, mu_p, _), (_, tau_v, mu_v, _) = (populations[c] for c in PAIR)
         model = pm.modelcontext(None)
+        names, mus, taus = list(PAIR), [mu_p, mu_v], [tau_p, tau_v]
+        triple = self.triple()
+        if triple:
+            _, tau_d, mu_d, _ = populations["c2d"]
+            names.append("c2d")
+            mus.append(mu_d[np.argsort(self.draft_groups())])
+            taus.append(tau_d)
         if "memory" not in model.coords:
-            model.add_coord("memory", list(PAIR))
-        log_c2 = pm.Normal("log_c2", mu=pt.stack([mu_p, mu_v], axis=-1),
-                           sigma=pt.stack([tau_p * pt.ones_like(mu_p),
-                                           tau_v * pt.ones_like(mu_v)], axis=-1),
+            model.add_coord("memory", names)
+        weights = np.log(self.memory_weights())
+        log_c2 = pm.Normal("log_c2", mu=pt.stack(mus, axis=-1),
+                           sigma=pt.stack([t * pt.ones_like(mu_p) for t in taus], axis=-1),
                            dims=("group", "memory"),
-                           transform=memory_pair(np.log(self.memory_weights())))
-        return {"c2p": log_c2[:, 0], "c2v": log_c2[:, 1]}
+                           transform=memory_pair(np.stack(
+                               [weights, np.log(self.draft_weights())], axis=-1)
+                               if triple else weights))
+        out = {"c2p": log_c2[:, 0], "c2v": log_c2[:, 1]}
+        if triple:
+            out["c2d"] = log_c2[self.draft_groups(), 2]
+        return out
+
+    def triple(self) -> bool:
+        """Whether ``c2d`` joins the memory pair (:func:`memory_pair`): centred with its
+        spread fixed, and one drafter in every group."""
+        return ("c2d" in self.coef_names and self.centred("c2d")
+                and self.fixed_tau("c2d") is not None
+                and len(self.units["draft"]) == len(self.units["group"])
+                and len(np.unique(self.draft_groups())) == len(self.units["group"]))
+
+    def draft_weights(self) -> np.ndarray:
+        """Per group, ``g·m_d``: its decode length times the mean of ``k/E`` over its SD
+        configurations, the weight of ``c2d`` in its memory slopes (:meth:`paired_logs`)."""
+        cfg = self.rows.drop_duplicates("config")
+        cfg = cfg[cfg["k"] > 0]
+        k = cfg["k"].to_numpy(float)
+        return self._decode_weights(cfg, k / theory.tokens_per_cycle(
+            cfg["alpha0"].to_numpy(float), k))
 
     def memory_weights(self) -> np.ndarray:
         """Per group, ``g·m``: its decode length times the mean of ``1/E`` over its measured
         configurations (baseline included, ``E = 1``), the weight of ``c2v`` in the memory
         slope its data pin best (:meth:`paired_logs`)."""
         cfg = self.rows.drop_duplicates("config")
-        inv = 1.0 / theory.tokens_per_cycle(cfg["alpha0"].to_numpy(float),
-                                            cfg["k"].to_numpy(float))
-        per = pd.DataFrame({"group": cfg["group"].to_numpy(), "inv": inv,
+        return self._decode_weights(cfg, 1.0 / theory.tokens_per_cycle(
+            cfg["alpha0"].to_numpy(float), cfg["k"].to_numpy(float)))
+
+    def _decode_weights(self, cfg: pd.DataFrame, share: np.ndarray) -> np.ndarray:
+        """Per group, its decode length times the mean of ``share`` over its configurations
+        ``cfg`` (one row each)."""
+        per = pd.DataFrame({"group": cfg["group"].to_numpy(), "share": share,
                             "g": cfg["decode_tokens"].to_numpy(float)}).groupby("group")
-        groups = self.units["group"].index
-        return (per["g"].first() * per["inv"].mean()).reindex(groups).to_numpy()
+        return (per["g"].first() * per["share"].mean()).reindex(
+            self.units["group"].index).to_numpy()
 
     def fixed_tau(self, coef: str) -> float | None:
         """The spread ``tau`` of ``coef``'s log deviations where it is fixed (``tau_mean``:
@@ -663,5 +722,8 @@ class HierarchicalModel(LatencyModel):
             else:
                 out[f"log_{coef}"] = np.log(c)
         if all(f"log_{c}" in out for c in PAIR):  # sampled as one (paired_logs)
-            out["log_c2"] = np.stack([out.pop(f"log_{c}") for c in PAIR], axis=-1)
+            logs = [out.pop(f"log_{c}") for c in PAIR]
+            if self.triple():
+                logs.append(out.pop("log_c2d")[np.argsort(self.draft_groups())])
+            out["log_c2"] = np.stack(logs, axis=-1)
         return out
