@@ -487,7 +487,8 @@ class HierarchicalModel(LatencyModel):
             model.add_coord("memory", names)
         weights = np.log(self.memory_weights())
         log_c2 = pm.Normal("log_c2", mu=pt.stack(mus, axis=-1),
-                           sigma=pt.stack([t * pt.ones_like(mu_p) for t in taus], axis=-1),
+                           sigma=pt.stack([t * pt.ones_like(m)
+                                           for t, m in zip(taus, mus, strict=True)], axis=-1),
                            dims=("group", "memory"),
                            transform=memory_pair(np.stack(
                                [weights, np.log(self.draft_weights())], axis=-1)
