@@ -11,7 +11,7 @@ every constant array of the graph is contiguous: numba reads any other by its ad
 compiled function holding an address is never cached (silently: nutpie hides the warning).
 The models therefore hand PyTensor C-ordered design matrices and contrasts
 (:func:`bayeslat.scaling.standardise`, :func:`bayeslat.models.hierarchical.memory_pair`);
-the example's capacity fit compiles in 27 s when cached against 55–68 s afresh
+the example's capacity fit compiles in 27 s when cached against 55–74 s afresh
 (``tests/test_compiled.py`` checks the constants).
 """
 
