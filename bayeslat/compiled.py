@@ -13,6 +13,14 @@ The models therefore hand PyTensor C-ordered design matrices and contrasts
 (:func:`bayeslat.scaling.standardise`, :func:`bayeslat.models.hierarchical.memory_pair`);
 the example's capacity fit compiles in 27 s when cached against 55–74 s afresh
 (``tests/test_compiled.py`` checks the constants).
+
+A cached log density must also be the one compiled afresh, to the last bit, or a seed's fit
+depends on what the machine compiled before: with PyTensor's default fastmath flags (``reassoc``
+among them) the first compile of the example's capacity model and every later, cached one
+differed by one ulp in the log density, enough to send NUTS down another trajectory (one met a
+divergence that the other did not). :func:`compile_nutpie` compiles without them: the same
+bits either way, at the same speed (the rows' kernel, most of a gradient, keeps its own flags,
+:mod:`bayeslat.models.likelihood`).
 """
 
 from __future__ import annotations
@@ -65,3 +73,15 @@ def register() -> None:
     @basic.register_funcify_and_cache_key(Psi)
     def _funcify_psi(op, node, **kwargs):
         return basic.numba_njit(digamma), f"bayeslat-digamma-{source}-{scalar_op_cache_key(op)}"
+
+
+def compile_nutpie(pm_model, **kwargs):
+    """nutpie's compiled model of the PyMC model ``pm_model`` (``kwargs``: those of
+    ``nutpie.compile_pymc_model``), with :func:`register`'s digamma and PyTensor's numba
+    fastmath off (the module's docstring)."""
+    import nutpie
+    import pytensor
+
+    register()
+    with pytensor.config.change_flags(numba__fastmath=False):
+        return nutpie.compile_pymc_model(pm_model, **kwargs)

@@ -481,7 +481,7 @@ class HierarchicalModel(LatencyModel):
         if triple:
             _, tau_d, mu_d, _ = populations["c2d"]
             names.append("c2d")
-            mus.append(mu_d[np.argsort(self.draft_groups())])
+            mus.append(mu_d[self.group_drafts()])
             taus.append(tau_d)
         if "memory" not in model.coords:
             model.add_coord("memory", names)
@@ -674,6 +674,12 @@ class HierarchicalModel(LatencyModel):
             self.rows.drop_duplicates("draft").set_index("draft").loc[
                 self.units["draft"].index, "group"])
 
+    def group_drafts(self) -> np.ndarray:
+        """Each fitted group's drafter's position among the fitted drafters (dim ``group`` →
+        ``draft``): the inverse of :meth:`draft_groups` where every group has one drafter
+        (:meth:`triple`)."""
+        return np.argsort(self.draft_groups())
+
     def knee_start(self, c2p: np.ndarray) -> np.ndarray:
         """Each server's knee where the start's stalls ``c2p`` (per group) put it: from the
         ratio ``r`` of its longest prompts' stall to its shortest's,
@@ -725,6 +731,6 @@ class HierarchicalModel(LatencyModel):
         if all(f"log_{c}" in out for c in PAIR):  # sampled as one (paired_logs)
             logs = [out.pop(f"log_{c}") for c in PAIR]
             if self.triple():
-                logs.append(out.pop("log_c2d")[np.argsort(self.draft_groups())])
+                logs.append(out.pop("log_c2d")[self.group_drafts()])
             out["log_c2"] = np.stack(logs, axis=-1)
         return out

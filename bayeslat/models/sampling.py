@@ -281,7 +281,7 @@ def sample(model, *, draws: int | None = None, tune: int = TUNE, chains: int | N
         # freeze_model: data become constants, so what depends only on them is folded away
         import nutpie as backend
 
-        compiled_model = backend.compile_pymc_model(
+        compiled_model = compiled.compile_nutpie(
             pm_model, initial_points=start, jitter_rvs=_jitter_vars(pm_model),
             freeze_model=True)
         timing["compile_s"] = time.perf_counter() - clock
@@ -371,9 +371,6 @@ class Refitter:
 
     def __init__(self, model, *, chains: int = MIN_CHAINS, tune: int = TUNE, draws: int = 500,
                  target_accept: float = TARGET_ACCEPT):
-        import nutpie
-
-        compiled.register()
         self.pm_model = model.build()
         self.rows = model.rows[["config", "rps", "se_rel"]]
         self.settings = {"chains": chains, "cores": chains, "tune": tune, "draws": draws,
@@ -381,7 +378,7 @@ class Refitter:
                          "save_warmup": False}
         self._jitter = _jitter_vars(self.pm_model)
         start = model.initial_values(self.pm_model)
-        self._compiled = nutpie.compile_pymc_model(
+        self._compiled = compiled.compile_nutpie(
             self.pm_model, initial_points=start, jitter_rvs=self._jitter, freeze_model=False)
 
     def sample(self, model, seed: int):
