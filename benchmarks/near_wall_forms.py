@@ -20,17 +20,21 @@ in-sample log RMS). The forms, three free numbers each, the wall at the measured
   ``max_num_seqs``, :data:`bayeslat.theory.BATCH_CAP`) at the capacity ``1/C3``, which the
   compute-bound curve's own pole lies beyond (benchmarks/README.md, thirty-third session).
 
+With ``--free-wall`` the wall is a fourth free number, at or beyond the measured ceiling
+(``1/C3 >= ceiling``): where the curve itself would put it (fortieth session).
+
 Prints, per form, the median in-sample log RMS and the held-out top rate's error: median
 (signed median), 90th percentile and mean of the absolute relative error; then the mean by
-draft length and by group.
+draft length and by group (and with ``--free-wall`` where the walls land).
 
 With ``--engine "VERIFIER GPU PREFILL DECODE ALPHA K"`` (a deployment of
 :mod:`bayeslat.simulate.presets` with its EAGLE-3 head; ``K`` 0 for the baseline) it prints
 instead the engine simulator's steady state near that configuration's wall: the all-at-once
-ceiling (2,048 requests sent together), then at 70–100% of it ten minutes of evenly spaced
+ceiling (2,048 requests sent together), then at 70–105% of it ten minutes of evenly spaced
 requests, the mean latency of the second and of the third quarter of the requests (equal
 where the run is steady) and the mean batch over both (Little's law), and the compute-bound
-curve ``A/(1 − r·c)`` through the two highest rates, its pole ``1/c`` against the ceiling.
+curve ``A/(1 − r·c)`` through 0.96 and 1.0 of the ceiling, its pole ``1/c`` against the
+ceiling (past the ceiling the runs do not settle: benchmarks/README.md, fortieth session).
 """
 
 from __future__ import annotations
@@ -54,19 +58,28 @@ def queue(r, c1, c2, c3, q):
 FORMS = {"queue": queue, "roofline": theory.latency}
 
 
-def fit(form, r, y, c3, starts=((0.7, 0.2, 0.01), (0.9, 0.6, 0.05), (0.8, 0.4, 0.2))):
-    """``(log C1, log C2, log Q)`` minimising the robust loss of ``log form − y`` (None if no
-    start converges); the rows' rates ``r`` stay below ``1/C2``."""
+def wall(c3, theta):
+    """The wall's ``C3``: the ceiling's, or with a fourth number ``theta[3]`` (``--free-wall``)
+    ``C3/(1 + e^theta[3])``, the wall at or beyond the ceiling."""
+    return c3 / (1 + np.exp(theta[3])) if len(theta) > 3 else c3
+
+
+def fit(form, r, y, c3, free_wall=False,
+        starts=((0.7, 0.2, 0.01), (0.9, 0.6, 0.05), (0.8, 0.4, 0.2))):
+    """``(log C1, log C2, log Q)``, and with ``free_wall`` the wall's number (:func:`wall`),
+    minimising the robust loss of ``log form − y`` (None if no start converges); the rows'
+    rates ``r`` stay below ``1/C2``."""
     best, top = None, r.max()
 
     def residual(theta):
-        c1, c2, q = np.exp(theta)
+        c1, c2, q = np.exp(theta[:3])
         if top * c2 >= 0.999 or (form is theory.latency and q >= 1):
             return np.full(len(r), 10.0)
-        return np.log(form(r, c1, c2, c3, q)) - y
+        return np.log(form(r, c1, c2, wall(c3, theta), q)) - y
 
     for c1f, c2f, q0 in starts:
-        x0 = np.log([np.exp(y.min()) * c1f, c2f / top, q0])
+        # a free wall starts 10% beyond the ceiling
+        x0 = np.log([np.exp(y.min()) * c1f, c2f / top, q0] + ([0.1] if free_wall else []))
         try:
             s = least_squares(residual, x0, loss="soft_l1", f_scale=0.02)
         except ValueError:
@@ -93,7 +106,7 @@ def engine(spec: str) -> None:
     ceiling = 2048 / burst.finish.max()
     print(f"{spec}: all-at-once ceiling {ceiling:.3f} req/s ({burst.preemptions} preemptions)")
     rates, means = [], []
-    for share in (0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 1.0):
+    for share in (0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 1.0, 1.02, 1.05):
         rate = share * ceiling
         n = int(rate * 600)
         sends = _send_times("constant", rate, n, 1)
@@ -104,9 +117,9 @@ def engine(spec: str) -> None:
         means.append((second + third) / 2)
         print(f"  {share:.2f} of it, {rate:.3f} req/s: latency {second:.3f} s, then "
               f"{third:.3f} s (second, third quarter of the requests), batch {batch:.1f}")
-    (r1, r2), (l1, l2) = rates[-2:], means[-2:]
+    (r1, r2), (l1, l2) = rates[5:7], means[5:7]  # 0.96 and 1.0 of the ceiling
     slope = (l2 - l1) / (l2 * r2 - l1 * r1)
-    print(f"  A/(1 - r c) through the top two: A {l2 * (1 - r2 * slope):.3f} s, pole "
+    print(f"  A/(1 - r c) through 0.96 and 1.0 of it: A {l2 * (1 - r2 * slope):.3f} s, pole "
           f"{1 / slope:.3f} req/s ({1 / slope / ceiling:.3f} of the ceiling)")
 
 
@@ -116,6 +129,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=theory.BATCH_CAP,
                         help="the batch cap B of the roofline form (max_num_seqs)")
     parser.add_argument("--forms", default="queue,roofline")
+    parser.add_argument("--free-wall", action="store_true",
+                        help="the wall free at or beyond the measured ceiling")
     parser.add_argument("--engine", help='"VERIFIER GPU PREFILL DECODE ALPHA K": the engine '
                         "simulator's steady state near that configuration's wall instead")
     args = parser.parse_args()
@@ -134,26 +149,32 @@ def main() -> None:
         r, y, c3 = rows["rps"].to_numpy(), np.log(rows["latency_mean"].to_numpy()), 1 / ceiling
         for name in args.forms.split(","):
             form = FORMS[name]
-            held = fit(form, r[:-1], y[:-1], c3)
-            whole = fit(form, r, y, c3)
+            held = fit(form, r[:-1], y[:-1], c3, args.free_wall)
+            whole = fit(form, r, y, c3, args.free_wall)
             if held is None or whole is None:
                 continue
-            pred = form(r[-1], *np.exp(held[:2]), c3, np.exp(held[2]))
-            rms = np.sqrt(np.mean((np.log(form(r, *np.exp(whole[:2]), c3, np.exp(whole[2])))
-                                   - y) ** 2))
+            pred = form(r[-1], *np.exp(held[:2]), wall(c3, held), np.exp(held[2]))
+            rms = np.sqrt(np.mean((np.log(form(r, *np.exp(whole[:2]), wall(c3, whole),
+                                               np.exp(whole[2]))) - y) ** 2))
             out.append({"config": config, "group": rows["verifier"].iloc[0] + " p"
                         + f"{rows['prefill_tokens'].iloc[0]:.0f} g"
                         + f"{rows['decode_tokens'].iloc[0]:.0f}", "k": int(rows["k"].iloc[0]),
-                        "form": name, "error": pred / np.exp(y[-1]) - 1, "rms": rms})
+                        "form": name, "error": pred / np.exp(y[-1]) - 1, "rms": rms,
+                        "wall": c3 / wall(c3, whole)})
     res = pd.DataFrame(out)
     res["abs"] = res["error"].abs()
-    print(f"{res['config'].nunique()} configurations of {args.data}; batch cap {args.batch}")
+    print(f"{res['config'].nunique()} configurations of {args.data}; batch cap {args.batch}"
+          + ("; the wall free beyond the ceiling" if args.free_wall else ""))
     print(res.groupby("form").agg(
         in_sample_log_rms=("rms", "median"), top_median=("abs", "median"),
         top_signed=("error", "median"), top_p90=("abs", lambda x: x.quantile(0.9)),
         top_mean=("abs", "mean")).round(4).to_string())
     for by in ("k", "group"):
         print(res.pivot_table(index=by, columns="form", values="abs", aggfunc="mean")
+              .round(3).to_string())
+    if args.free_wall:
+        print("the wall / the measured ceiling, fitted to every row (median by draft length)")
+        print(res.pivot_table(index="k", columns="form", values="wall", aggfunc="median")
               .round(3).to_string())
 
 
