@@ -602,7 +602,8 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
         sampling.sample(model, seed=seed, log_likelihood=log_likelihood, **sampler)
         diag = sampling.diagnostics(model.idata, time.perf_counter() - clock)
         return model, {"converged": bool(diag.converged), "max_rhat": diag.max_rhat,
-                       "min_ess_bulk": diag.min_ess_bulk, "divergences": diag.divergences,
+                       "min_ess_bulk": diag.min_ess_bulk, "min_ess_tail": diag.min_ess_tail,
+                       "divergences": diag.divergences,
                        "seconds": round(diag.seconds, 1)}
 
     loo = elpd = full = full_cells = None

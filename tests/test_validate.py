@@ -240,8 +240,8 @@ def test_run_scores_every_fold_and_writes_its_json(table, tmp_path, mocked):
     (one,) = doc["variants"]
     assert one["variant"] == "hierarchical" and len(one["points"]) == scored
     assert one["loo"] is None and doc["comparison"] is None and doc["choice"] is None
-    assert {"mape", "r2", "inside_50", "inside_90", "converged", "max_rhat",
-            "point_mape", "point_answered"} <= set(one["folds"][0])
+    assert {"mape", "r2", "inside_50", "inside_90", "converged", "max_rhat", "min_ess_bulk",
+            "min_ess_tail", "point_mape", "point_answered"} <= set(one["folds"][0])
     assert (result.folds["point_answered"] == 0).all()  # a k never measured: no point fit
     assert (result.folds["coef_answered"] == result.folds["points"]).all()  # the six do
     with pytest.raises(InputError, match="exists"):
