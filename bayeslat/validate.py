@@ -72,7 +72,7 @@ import json
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -601,10 +601,8 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
         # the pointwise log-likelihood is for PSIS-LOO only; the folds predict
         sampling.sample(model, seed=seed, log_likelihood=log_likelihood, **sampler)
         diag = sampling.diagnostics(model.idata, time.perf_counter() - clock)
-        return model, {"converged": bool(diag.converged), "max_rhat": diag.max_rhat,
-                       "min_ess_bulk": diag.min_ess_bulk, "min_ess_tail": diag.min_ess_tail,
-                       "divergences": diag.divergences,
-                       "seconds": round(diag.seconds, 1)}
+        return model, {"converged": bool(diag.converged)} | asdict(diag) | {
+            "seconds": round(diag.seconds, 1)}
 
     loo = elpd = full = full_cells = None
     if LOO in splits or (decisions and todo):
