@@ -105,7 +105,7 @@ def engine(spec: str) -> None:
     burst = simulate_run(config.deployment, config.workload, np.zeros(2048), seed=1)
     ceiling = 2048 / burst.finish.max()
     print(f"{spec}: all-at-once ceiling {ceiling:.3f} req/s ({burst.preemptions} preemptions)")
-    rates, means = [], []
+    rates, means = {}, {}
     for share in (0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 1.0, 1.02, 1.05):
         rate = share * ceiling
         n = int(rate * 600)
@@ -113,11 +113,10 @@ def engine(spec: str) -> None:
         run = simulate_run(config.deployment, config.workload, sends, seed=2)
         second, third = (run.latency[i * n // 4:(i + 1) * n // 4].mean() for i in (1, 2))
         batch = mean_concurrency(run, sends[n // 4], sends[3 * n // 4])
-        rates.append(rate)
-        means.append((second + third) / 2)
+        rates[share], means[share] = rate, (second + third) / 2
         print(f"  {share:.2f} of it, {rate:.3f} req/s: latency {second:.3f} s, then "
               f"{third:.3f} s (second, third quarter of the requests), batch {batch:.1f}")
-    (r1, r2), (l1, l2) = rates[5:7], means[5:7]  # 0.96 and 1.0 of the ceiling
+    (r1, r2), (l1, l2) = (rates[0.96], rates[1.0]), (means[0.96], means[1.0])
     slope = (l2 - l1) / (l2 * r2 - l1 * r1)
     print(f"  A/(1 - r c) through 0.96 and 1.0 of it: A {l2 * (1 - r2 * slope):.3f} s, pole "
           f"{1 / slope:.3f} req/s ({1 / slope / ceiling:.3f} of the ceiling)")
