@@ -3,6 +3,7 @@ rate held out and predicted (issue 12, thirty-third session).
 
     .venv/bin/python benchmarks/near_wall_forms.py [--data data/example/sweep.parquet]
                                                   [--batch 256] [--forms queue,roofline]
+                                                  [--law [--forms roofline,pnorm --p 4]]
 
 For every configuration of the sweep: its unsaturated synchronous and constant-rate rows, and
 its measured ceiling (the throughput benchmark's rate). Each form is fitted by robust least
@@ -19,6 +20,13 @@ in-sample log RMS). The forms, three free numbers each, the wall at the measured
   is the larger of two lines in the batch, the batch full (``B``, ``--batch``, vLLM's
   ``max_num_seqs``, :data:`bayeslat.theory.BATCH_CAP`) at the capacity ``1/C3``, which the
   compute-bound curve's own pole lies beyond (benchmarks/README.md, thirty-third session).
+
+With ``--law`` the configurations of a group share the six-coefficient memory law of ``C1`` and
+``C2`` (:func:`bayeslat.theory.effective_coefficients`), each keeping its own ``Q``, the wall at
+its ceiling: the point-estimate twin of ``bayeslat validate --split top-rate`` (each
+configuration's top rate held out), in seconds instead of minutes, with its bias by draft length
+(forty-first session). ``--forms`` may then also name ``pnorm``, the roofline form with a
+``p``-norm (``--p``) in place of the quadrature, ``(L_m^p + L_c^p − A^p)^(1/p)``.
 
 With ``--free-wall`` the wall is a fourth free number, at or beyond the measured ceiling
 (``1/C3 >= ceiling``): where the curve itself would put it (fortieth session).
@@ -40,6 +48,7 @@ ceiling (past the ceiling the runs do not settle: benchmarks/README.md, fortieth
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -55,7 +64,14 @@ def queue(r, c1, c2, c3, q):
     return c1 / (1 - r * c2) + q * c3 * rho / (1 - rho)
 
 
-FORMS = {"queue": queue, "roofline": theory.latency}
+def pnorm(r, c1, c2, c3, q, p=2.0):
+    """The roofline form with a ``p``-norm soft maximum (``p = 2``: :func:`theory.latency`)."""
+    lm, lc, a = c1 / (1 - r * c2), theory.compute_latency(r, c3, q), q * theory.BATCH_CAP * c3
+    ok = (r * c2 < 1) & (r * c3 < 1)
+    return np.where(ok, (lm**p + lc**p - a**p) ** (1 / p), np.inf)
+
+
+FORMS = {"queue": queue, "roofline": theory.latency, "pnorm": pnorm}
 
 
 def wall(c3, theta):
@@ -73,7 +89,7 @@ def fit(form, r, y, c3, free_wall=False,
 
     def residual(theta):
         c1, c2, q = np.exp(theta[:3])
-        if top * c2 >= 0.999 or (form is theory.latency and q >= 1):
+        if top * c2 >= 0.999 or (form is not queue and q >= 1):
             return np.full(len(r), 10.0)
         return np.log(form(r, c1, c2, wall(c3, theta), q)) - y
 
@@ -87,6 +103,50 @@ def fit(form, r, y, c3, free_wall=False,
         if s.success and (best is None or s.cost < best.cost):
             best = s
     return None if best is None else best.x
+
+
+def law_fold(form, configs):
+    """The group's configurations under one memory law (``--law``), each top rate held out.
+
+    ``configs``: one dict per configuration with its rates ``r``, log latencies ``y``, ``c3``
+    (1/ceiling), ``alpha``, ``k``, ``g`` and ``drafter``. Fits the law's log coefficients
+    (``c1p, c1v, c2p, c2v``, and ``c1d, c2d`` per drafter) and each configuration's log ``Q``
+    by robust least squares on every row but the top ones; returns each configuration's
+    held-out log error at its top rate and its log RMS on the other rows (None if no start
+    converges)."""
+    drafters = sorted({c["drafter"] for c in configs})
+    n, m, rows = len(configs), 4 + 2 * len(drafters), slice(None, -1)
+
+    def curves(theta, part):
+        out = []
+        for i, c in enumerate(configs):
+            c1p, c1v, c2p, c2v = np.exp(theta[:4])
+            c1d, c2d = np.exp(theta[4 + 2 * drafters.index(c["drafter"]):][:2])
+            alpha = 0.0 if c["k"] == 0 else c["alpha"]  # E = 1 at k = 0 whatever alpha
+            c1, c2 = theory.effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha,
+                                                   c["k"], c["g"])
+            q = np.exp(theta[m + i])
+            bad = c["r"].max() * c2 >= 0.999 or (form is not queue and q >= 1)
+            out.append(np.full(len(c["r"][part]), np.inf) if bad
+                       else np.log(form(c["r"][part], c1, c2, c["c3"], q)) - c["y"][part])
+        return out
+
+    def residual(theta):
+        res = np.concatenate(curves(theta, rows))
+        return np.where(np.isfinite(res), res, 10.0)
+
+    y0, best = np.exp(np.median([c["y"][0] for c in configs])), None
+    for scale in (0.002, 0.01):  # C2 (s per request) to start from
+        x0 = np.concatenate([np.log([0.3 * y0, y0 / 200, scale / 3, scale / 300]),
+                             np.tile(np.log([y0 / 2000, scale / 3000]), len(drafters)),
+                             np.full(n, np.log(0.02))])
+        s = least_squares(residual, x0, loss="soft_l1", f_scale=0.02, max_nfev=3000)
+        if s.success and (best is None or s.cost < best.cost):
+            best = s
+    if best is None:
+        return None
+    top = [c[-1] for c in curves(best.x, slice(-1, None))]
+    return top, [np.sqrt(np.mean(c**2)) for c in curves(best.x, rows)]
 
 
 def engine(spec: str) -> None:
@@ -130,6 +190,9 @@ def main() -> None:
     parser.add_argument("--forms", default="queue,roofline")
     parser.add_argument("--free-wall", action="store_true",
                         help="the wall free at or beyond the measured ceiling")
+    parser.add_argument("--law", action="store_true", help="each group's configurations "
+                        "under one memory law (the top-rate fold's point-estimate twin)")
+    parser.add_argument("--p", type=float, default=4.0, help="the pnorm form's p")
     parser.add_argument("--engine", help='"VERIFIER GPU PREFILL DECODE ALPHA K": the engine '
                         "simulator's steady state near that configuration's wall instead")
     args = parser.parse_args()
@@ -138,32 +201,49 @@ def main() -> None:
         return
     theory.BATCH_CAP = args.batch  # the roofline form, theory.latency, reads it
     table = schema.read_table(args.data)
-    table["config"] = schema.config_labels(table)
-    out = []
+    table["config"], table["group"] = schema.config_labels(table), schema.group_labels(table)
+    forms = {name: partial(pnorm, p=args.p) if name == "pnorm" else FORMS[name]
+             for name in args.forms.split(",")}
+    measured = {}  # group -> one dict per configuration with a ceiling and five rows
     for config, rows in table.groupby("config", sort=False):
         ceiling = rows.loc[rows["strategy"] == "throughput", "rps"].max()
         rows = rows[(rows["strategy"] != "throughput") & ~rows["saturated"]].sort_values("rps")
-        if not np.isfinite(ceiling) or len(rows) < 5:
-            continue
-        r, y, c3 = rows["rps"].to_numpy(), np.log(rows["latency_mean"].to_numpy()), 1 / ceiling
-        for name in args.forms.split(","):
-            form = FORMS[name]
-            held = fit(form, r[:-1], y[:-1], c3, args.free_wall)
-            whole = fit(form, r, y, c3, args.free_wall)
-            if held is None or whole is None:
+        if np.isfinite(ceiling) and len(rows) >= 5:
+            first = rows.iloc[0]
+            measured.setdefault(first["group"], []).append(
+                {"config": config, "r": rows["rps"].to_numpy(), "c3": 1 / ceiling,
+                 "y": np.log(rows["latency_mean"].to_numpy()), "alpha": first["alpha"],
+                 "k": int(first["k"]), "g": first["decode_tokens"],
+                 "drafter": first["drafter"]})
+    out = []
+    for group, configs in measured.items():
+        for name, form in forms.items():
+            if args.law:
+                fold = law_fold(form, configs)
+                if fold is None:
+                    continue
+                out += [{"config": c["config"], "group": group, "k": c["k"], "form": name,
+                         "error": np.expm1(top), "log_error": top, "rms": rms}
+                        for c, top, rms in zip(configs, *fold, strict=True)]
                 continue
-            pred = form(r[-1], *np.exp(held[:2]), wall(c3, held), np.exp(held[2]))
-            rms = np.sqrt(np.mean((np.log(form(r, *np.exp(whole[:2]), wall(c3, whole),
-                                               np.exp(whole[2]))) - y) ** 2))
-            out.append({"config": config, "group": rows["verifier"].iloc[0] + " p"
-                        + f"{rows['prefill_tokens'].iloc[0]:.0f} g"
-                        + f"{rows['decode_tokens'].iloc[0]:.0f}", "k": int(rows["k"].iloc[0]),
-                        "form": name, "error": pred / np.exp(y[-1]) - 1, "rms": rms,
-                        "wall": c3 / wall(c3, whole)})
+            for c in configs:
+                r, y, c3 = c["r"], c["y"], c["c3"]
+                held = fit(form, r[:-1], y[:-1], c3, args.free_wall)
+                whole = fit(form, r, y, c3, args.free_wall)
+                if held is None or whole is None:
+                    continue
+                pred = form(r[-1], *np.exp(held[:2]), wall(c3, held), np.exp(held[2]))
+                rms = np.sqrt(np.mean((np.log(form(r, *np.exp(whole[:2]), wall(c3, whole),
+                                                   np.exp(whole[2]))) - y) ** 2))
+                out.append({"config": c["config"], "group": group, "k": c["k"], "form": name,
+                            "error": pred / np.exp(y[-1]) - 1, "log_error": np.log(pred) - y[-1],
+                            "rms": rms, "wall": c3 / wall(c3, whole)})
     res = pd.DataFrame(out)
     res["abs"] = res["error"].abs()
     print(f"{res['config'].nunique()} configurations of {args.data}; batch cap {args.batch}"
-          + ("; the wall free beyond the ceiling" if args.free_wall else ""))
+          + ("; the wall free beyond the ceiling" if args.free_wall else "")
+          + ("; each group's memory law shared, the log RMS on the rows fitted" if args.law
+             else ""))
     print(res.groupby("form").agg(
         in_sample_log_rms=("rms", "median"), top_median=("abs", "median"),
         top_signed=("error", "median"), top_p90=("abs", lambda x: x.quantile(0.9)),
@@ -171,6 +251,9 @@ def main() -> None:
     for by in ("k", "group"):
         print(res.pivot_table(index=by, columns="form", values="abs", aggfunc="mean")
               .round(3).to_string())
+    print("mean log error of the top rate's prediction (+: above the measurement) by draft length")
+    print(res.pivot_table(index="form", columns="k", values="log_error", aggfunc="mean")
+          .round(3).to_string())
     if args.free_wall:
         print("the wall / the measured ceiling, fitted to every row (median by draft length)")
         print(res.pivot_table(index="k", columns="form", values="wall", aggfunc="median")
