@@ -3,7 +3,8 @@ rate held out and predicted (issue 12, thirty-third session).
 
     .venv/bin/python benchmarks/near_wall_forms.py [--data data/example/sweep.parquet]
                                                   [--batch 256] [--forms queue,roofline]
-                                                  [--law [--forms roofline,pnorm --p 4]]
+                                                  [--law] [--forms roofline,pnorm --p 2
+                                                  --p-slope 0.5]
 
 For every configuration of the sweep: its unsaturated synchronous and constant-rate rows, and
 its measured ceiling (the throughput benchmark's rate). Each form is fitted by robust least
@@ -25,8 +26,9 @@ With ``--law`` the configurations of a group share the six-coefficient memory la
 ``C2`` (:func:`bayeslat.theory.effective_coefficients`), each keeping its own ``Q``, the wall at
 its ceiling: the point-estimate twin of ``bayeslat validate --split top-rate`` (each
 configuration's top rate held out), in seconds instead of minutes, with its bias by draft length
-(forty-first session). ``--forms`` may then also name ``pnorm``, the roofline form with a
-``p``-norm (``--p``) in place of the quadrature, ``(L_m^p + L_c^p − A^p)^(1/p)``.
+(forty-first session). ``--forms`` may also name ``pnorm``, the roofline form with a
+``p``-norm in place of the quadrature, ``(L_m^p + L_c^p − A^p)^(1/p)``, ``p`` = ``--p`` +
+``--p-slope``·k.
 
 With ``--free-wall`` the wall is a fourth free number, at or beyond the measured ceiling
 (``1/C3 >= ceiling``): where the curve itself would put it (fortieth session).
@@ -105,15 +107,15 @@ def fit(form, r, y, c3, free_wall=False,
     return None if best is None else best.x
 
 
-def law_fold(form, configs):
+def law_fold(form_of, configs):
     """The group's configurations under one memory law (``--law``), each top rate held out.
 
-    ``configs``: one dict per configuration with its rates ``r``, log latencies ``y``, ``c3``
-    (1/ceiling), ``alpha``, ``k``, ``g`` and ``drafter``. Fits the law's log coefficients
-    (``c1p, c1v, c2p, c2v``, and ``c1d, c2d`` per drafter) and each configuration's log ``Q``
-    by robust least squares on every row but the top ones; returns each configuration's
-    held-out log error at its top rate and its log RMS on the other rows (None if no start
-    converges)."""
+    ``form_of(k)``: the form of a configuration with draft length ``k``. ``configs``: one
+    dict per configuration with its rates ``r``, log latencies ``y``, ``c3`` (1/ceiling),
+    ``alpha``, ``k``, ``g`` and ``drafter``. Fits the law's log coefficients (``c1p, c1v, c2p,
+    c2v``, and ``c1d, c2d`` per drafter) and each configuration's log ``Q`` by robust least
+    squares on every row but the top ones; returns each configuration's held-out log error at
+    its top rate and its log RMS on the other rows (None if no start converges)."""
     drafters = sorted({c["drafter"] for c in configs})
     n, m, rows = len(configs), 4 + 2 * len(drafters), slice(None, -1)
 
@@ -125,7 +127,7 @@ def law_fold(form, configs):
             alpha = 0.0 if c["k"] == 0 else c["alpha"]  # E = 1 at k = 0 whatever alpha
             c1, c2 = theory.effective_coefficients(c1p, c1v, c1d, c2p, c2v, c2d, alpha,
                                                    c["k"], c["g"])
-            q = np.exp(theta[m + i])
+            q, form = np.exp(theta[m + i]), form_of(c["k"])
             bad = c["r"].max() * c2 >= 0.999 or (form is not queue and q >= 1)
             out.append(np.full(len(c["r"][part]), np.inf) if bad
                        else np.log(form(c["r"][part], c1, c2, c["c3"], q)) - c["y"][part])
@@ -192,7 +194,9 @@ def main() -> None:
                         help="the wall free at or beyond the measured ceiling")
     parser.add_argument("--law", action="store_true", help="each group's configurations "
                         "under one memory law (the top-rate fold's point-estimate twin)")
-    parser.add_argument("--p", type=float, default=4.0, help="the pnorm form's p")
+    parser.add_argument("--p", type=float, default=4.0, help="the pnorm form's p at k = 0")
+    parser.add_argument("--p-slope", type=float, default=0.0,
+                        help="the pnorm form's p grows by this per drafted token")
     parser.add_argument("--engine", help='"VERIFIER GPU PREFILL DECODE ALPHA K": the engine '
                         "simulator's steady state near that configuration's wall instead")
     args = parser.parse_args()
@@ -202,8 +206,12 @@ def main() -> None:
     theory.BATCH_CAP = args.batch  # the roofline form, theory.latency, reads it
     table = schema.read_table(args.data)
     table["config"], table["group"] = schema.config_labels(table), schema.group_labels(table)
-    forms = {name: partial(pnorm, p=args.p) if name == "pnorm" else FORMS[name]
-             for name in args.forms.split(",")}
+    def form_of(name):  # the form as a function of the draft length
+        if name == "pnorm":
+            return lambda k: partial(pnorm, p=args.p + args.p_slope * k)
+        return lambda k: FORMS[name]
+
+    forms = {name: form_of(name) for name in args.forms.split(",")}
     measured = {}  # group -> one dict per configuration with a ceiling and five rows
     for config, rows in table.groupby("config", sort=False):
         ceiling = rows.loc[rows["strategy"] == "throughput", "rps"].max()
@@ -217,9 +225,9 @@ def main() -> None:
                  "drafter": first["drafter"]})
     out = []
     for group, configs in measured.items():
-        for name, form in forms.items():
+        for name, of_k in forms.items():
             if args.law:
-                fold = law_fold(form, configs)
+                fold = law_fold(of_k, configs)
                 if fold is None:
                     continue
                 out += [{"config": c["config"], "group": group, "k": c["k"], "form": name,
@@ -227,7 +235,7 @@ def main() -> None:
                         for c, top, rms in zip(configs, *fold, strict=True)]
                 continue
             for c in configs:
-                r, y, c3 = c["r"], c["y"], c["c3"]
+                r, y, c3, form = c["r"], c["y"], c["c3"], of_k(c["k"])
                 held = fit(form, r[:-1], y[:-1], c3, args.free_wall)
                 whole = fit(form, r, y, c3, args.free_wall)
                 if held is None or whole is None:
