@@ -4,7 +4,7 @@ rate held out and predicted (issue 12, thirty-third session).
     .venv/bin/python benchmarks/near_wall_forms.py [--data data/example/sweep.parquet]
                                                   [--batch 256] [--forms queue,roofline]
                                                   [--law] [--forms roofline,pnorm --p 2
-                                                  --p-slope 0.5]
+                                                  --p-slope 0.25]
 
 For every configuration of the sweep: its unsaturated synchronous and constant-rate rows, and
 its measured ceiling (the throughput benchmark's rate). Each form is fitted by robust least
@@ -194,8 +194,8 @@ def main() -> None:
                         help="the wall free at or beyond the measured ceiling")
     parser.add_argument("--law", action="store_true", help="each group's configurations "
                         "under one memory law (the top-rate fold's point-estimate twin)")
-    parser.add_argument("--p", type=float, default=4.0, help="the pnorm form's p at k = 0")
-    parser.add_argument("--p-slope", type=float, default=0.0,
+    parser.add_argument("--p", type=float, default=2.0, help="the pnorm form's p at k = 0")
+    parser.add_argument("--p-slope", type=float, default=0.25,
                         help="the pnorm form's p grows by this per drafted token")
     parser.add_argument("--engine", help='"VERIFIER GPU PREFILL DECODE ALPHA K": the engine '
                         "simulator's steady state near that configuration's wall instead")
@@ -206,6 +206,7 @@ def main() -> None:
     theory.BATCH_CAP = args.batch  # the roofline form, theory.latency, reads it
     table = schema.read_table(args.data)
     table["config"], table["group"] = schema.config_labels(table), schema.group_labels(table)
+
     def form_of(name):  # the form as a function of the draft length
         if name == "pnorm":
             return lambda k: partial(pnorm, p=args.p + args.p_slope * k)
