@@ -216,17 +216,20 @@ def _base(da):
     return da.sel(k=0) if isinstance(da, xr.DataArray) and "k" in da.dims else da
 
 
-def _extras(c3, q):
-    """``(c3, q)`` with None as the paper's 0 (scalars, so theory takes its closed forms)."""
-    return (0.0 if c3 is None else c3), (0.0 if q is None else q)
+def _extras(c3, q, p=None):
+    """``(c3, q, p)`` with None as the paper's 0 (scalars, so theory takes its closed forms)
+    and the norm's default power."""
+    return ((0.0 if c3 is None else c3), (0.0 if q is None else q),
+            (theory.SOFT_POWER if p is None else p))
 
 
-def latency_draws(c1: xr.DataArray, c2: xr.DataArray, rps, c3=None, q=None) -> xr.DataArray:
-    """Latency draws (s) with an ``rps`` dim, ``C1/(1 − rps·C2) + Q·C3·ρ/(1 − ρ)``,
-    ``ρ = rps·C3`` (``c3``, ``q`` None: the paper's model); ``inf`` when saturated."""
+def latency_draws(c1: xr.DataArray, c2: xr.DataArray, rps, c3=None, q=None,
+                  p=None) -> xr.DataArray:
+    """Latency draws (s) with an ``rps`` dim (:func:`bayeslat.theory.latency`; ``c3``, ``q``
+    None: the paper's model, ``C1/(1 − rps·C2)``); ``inf`` when saturated."""
     rps = xr.DataArray(np.asarray(rps, dtype=float), dims="rps", name="rps",
                        coords={"rps": np.asarray(rps, dtype=float)})
-    return theory.latency(rps, c1, c2, *_extras(c3, q)).rename("latency")
+    return theory.latency(rps, c1, c2, *_extras(c3, q, p)).rename("latency")
 
 
 def speedup_draws(lat: xr.DataArray) -> xr.DataArray:
@@ -236,14 +239,15 @@ def speedup_draws(lat: xr.DataArray) -> xr.DataArray:
         return (base / lat).where(np.isfinite(base)).rename("speedup")
 
 
-def break_even_draws(c1: xr.DataArray, c2: xr.DataArray, c3=None, q=None) -> xr.DataArray:
+def break_even_draws(c1: xr.DataArray, c2: xr.DataArray, c3=None, q=None,
+                     p=None) -> xr.DataArray:
     """RPS* draws (req/s) of each k against k = 0; NaN where no break-even exists below the
-    baseline's capacity. With ``c3``, ``q`` the first crossing of the capacity form
-    (:func:`bayeslat.theory.break_even_rps`)."""
+    baseline's capacity. With ``c3``, ``q`` (and ``p``) the first crossing of the capacity
+    form (:func:`bayeslat.theory.break_even_rps`)."""
     _check_k(c1)
-    c3, q = _extras(c3, q)
+    c3, q, p = _extras(c3, q, p)
     return theory.break_even_rps(c1.sel(k=0), c2.sel(k=0), c1, c2, _base(c3), _base(q), c3,
-                                 q).rename("rps_star")
+                                 q, _base(p), p).rename("rps_star")
 
 
 def capacity_draws(c2: xr.DataArray, c3=None) -> xr.DataArray:
@@ -392,7 +396,8 @@ def risk_aware_k(lat: xr.DataArray, quantile: float | None = None,
     return score.fillna(-np.inf).idxmax("k").where(score.notnull().any("k")).rename("k_risk")
 
 
-def hurt_onset_draws(c1: xr.DataArray, c2: xr.DataArray, c3=None, q=None) -> xr.DataArray:
+def hurt_onset_draws(c1: xr.DataArray, c2: xr.DataArray, c3=None, q=None,
+                     p=None) -> xr.DataArray:
     """The lowest load (req/s) at which each k is slower than k = 0, per draw.
 
     0 where SD is slower even at zero load (``C1R > 1``), RPS* where it helps below RPS* and
@@ -400,7 +405,7 @@ def hurt_onset_draws(c1: xr.DataArray, c2: xr.DataArray, c3=None, q=None) -> xr.
     own capacity), ``inf`` where it never hurts below the baseline's capacity.
     """
     c1r, _ = theory.ratios(c1.sel(k=0), c2.sel(k=0), c1, c2)
-    star = break_even_draws(c1, c2, c3, q)
+    star = break_even_draws(c1, c2, c3, q, p)
     return xr.where(c1r > 1, 0.0, star.fillna(np.inf)).rename("hurt_onset")
 
 
@@ -418,10 +423,12 @@ def alert_line(onset: xr.DataArray, quantile: float = 0.05) -> xr.DataArray:
 def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
             quantile: float = 0.05, latency: xr.DataArray | None = None, *,
             c3: xr.DataArray | None = None, q: xr.DataArray | None = None,
-            max_saturated: float = MAX_SATURATED, measured=None, ceiling=None,
+            p: xr.DataArray | None = None, max_saturated: float = MAX_SATURATED, measured=None,
+            ceiling=None,
             measured_config: xr.DataArray | None = None, misfit: xr.DataArray | None = None,
             discrepancy: xr.DataArray | None = None) -> xr.Dataset:
-    """Every decision quantity for the draws ``c1``, ``c2`` (``c3``, ``q``) on the loads ``rps``.
+    """Every decision quantity for the draws ``c1``, ``c2`` (``c3``, ``q``, ``p``) on the loads
+    ``rps``.
 
     Parameters
     ----------
@@ -437,9 +444,10 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     latency
         Latency draws (s) with an ``rps`` dim matching ``rps``, for models whose latency is not
         the closed form (MoE coverage); computed from the coefficients when None.
-    c3, q
-        Draws of the compute wall (s/req, dimensionless), dims as ``c1``; None for the paper's
-        model.
+    c3, q, p
+        Draws of the compute wall (s/req, dimensionless) and the power of the norm that joins
+        it to the memory curve (:func:`bayeslat.theory.soft_power`), dims as ``c1``; None for
+        the paper's model.
     max_saturated
         Largest share of draws in which a chosen k may saturate (module docstring).
     measured, ceiling
@@ -474,14 +482,14 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
     misfit: its speedup rests on a curve that misses its measurements).
     """
     _check_k(c1)
-    lat = latency_draws(c1, c2, rps, c3, q) if latency is None else latency
+    lat = latency_draws(c1, c2, rps, c3, q, p) if latency is None else latency
     with np.errstate(over="ignore"):  # right at a wall the scatter's scale grows without bound
         true = lat if discrepancy is None else lat * np.exp(discrepancy)
     speedup = summarize(speedup_draws(true), mean=expected_speedup(lat))
     c1r, c2r = theory.ratios(c1.sel(k=0), c2.sel(k=0), c1, c2)
-    star = break_even_draws(c1, c2, c3, q)
+    star = break_even_draws(c1, c2, c3, q, p)
     rps_star = summarize(star)
-    alert = alert_line(hurt_onset_draws(c1, c2, c3, q), quantile)
+    alert = alert_line(hurt_onset_draws(c1, c2, c3, q, p), quantile)
     tail = tail_latency(true, epsilon)
     out = xr.Dataset({
         "speedup": speedup,
@@ -955,7 +963,7 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
         c2 = (parts["C2u"] + parts["C2s"]).isel(rps=0, drop=True)
         out = analyse(c1, c2, rps, latency=unstack(pred["latency"]), **kwargs)
     else:
-        extra = {name.lower(): parts[name] for name in ("C3", "Q") if name in parts}
+        extra = {name.lower(): parts[name] for name in ("C3", "Q", "P") if name in parts}
         out = analyse(parts["C1"], parts["C2"], rps, latency=staircase, **extra, **kwargs)
     out["rps_measured"] = per_setup["rps_measured"]
     out["ceiling_measured"] = per_setup["ceiling_measured"]
@@ -996,14 +1004,14 @@ def headline(model, seed: int = 0, max_draws: int | None = HEADLINE_DRAWS) -> pd
         return part.isel(first), part.isel(second).assign_coords(obs=part.obs[:n].values)
 
     (c1_sd, c1_d), (c2_sd, c2_d) = (split(v) for v in full_coefficients(pred))
-    (c3_sd, c3_d), (q_sd, q_d) = (split(v) for v in capacity_terms(pred))
+    (c3_sd, c3_d), (q_sd, q_d), (p_sd, p_d) = (split(v) for v in capacity_terms(pred))
     speed0 = 1.0 / theory.ratios(c1_d, c2_d, c1_sd, c2_sd)[0]
     if on_staircase(model):
         # a lone request's latency: the staircase of evenly spaced requests at zero load
         lone_sd, lone_d = split(model.evenly_spaced(pred, pd.concat([sd, base]), pred["C1"],
                                                     0.0))
         speed0 = lone_d / lone_sd
-    star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd)
+    star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd, p_d, p_sd)
     q = [0.05, 0.5, 0.95]
     s_q = speed0.quantile(q, dim=("chain", "draw")).values
     with warnings.catch_warnings():

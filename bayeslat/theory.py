@@ -39,12 +39,13 @@ batch reaches ``B_max``: ``1/C3 = n·s(B_max)/B_max``, the compute time of a req
 batch. The *capacity* form writes the compute-bound curve in ``C3`` and the share ``Q`` of it
 that is the intercept (``A = Q·B_max·C3``, per-request cost ``(1 − Q)·C3``), and takes a soft
 maximum of the two curves (the batch fluctuates about its mean, so the latency bends
-gradually from one to the other), less the compute curve's value at zero load, where the memory
-curve alone is the latency:
+gradually from one to the other), a ``P``-norm less the compute curve's value at zero load,
+where the memory curve alone is the latency:
 
 .. math::
-    L = \Bigl(L_m^2 + L_c^2 - A^2\Bigr)^{1/2}, \qquad L_m = \frac{C_1}{1 - \mathrm{rps}\,C_2},
-    \qquad L_c = \frac{A}{1 - (1 - Q)\,\mathrm{rps}\,C_3}, \qquad A = Q\,B_{\max}\,C_3,
+    L = \Bigl(L_m^P + L_c^P - A^P\Bigr)^{1/P}, \qquad P = 2 + k/4, \qquad
+    L_m = \frac{C_1}{1 - \mathrm{rps}\,C_2}, \qquad
+    L_c = \frac{A}{1 - (1 - Q)\,\mathrm{rps}\,C_3}, \qquad A = Q\,B_{\max}\,C_3,
 
 .. math::
     C_3 = c_{3p} + \tfrac{g}{E}\bigl((k+1)\,c_{3v} + k\,c_{3d} + (p + g/2)\,c_{3r}\bigr),
@@ -57,9 +58,17 @@ latency is ``inf``). The compute curve's own pole, ``1/((1 − Q)·C3)``, lies b
 the throughput benchmark, run at a full batch, measures ``1/C3``, not that pole. With ``Q = 0``
 or ``C3 = 0`` it is the paper's model; every function below takes ``c3`` and ``q`` with default
 0 for that. Fitted one configuration at a time to the shipped example with ``C3`` at the measured
-ceiling, this form predicts each configuration's held-out top rate with a mean error of 5.6%
-against 9.7% for an M/G/1 queue's wait added to the memory-bound curve (benchmarks/README.md,
-thirty-third session).
+ceiling, this form (with ``P = 2``) predicts each configuration's held-out top rate with a mean
+error of 5.6% against 9.7% for an M/G/1 queue's wait added to the memory-bound curve
+(benchmarks/README.md, thirty-third session).
+
+The norm's power ``P`` (:func:`soft_power`) sharpens the bend with the draft length: a verify
+step of ``k + 1`` tokens a request crosses the roofline knee at a batch ``k + 1`` times smaller
+and more abruptly, and with ``P = 2`` for every ``k`` the held-out top rates of short drafts
+were over-predicted and of long ones (``k >= 6``) under-predicted by 9-16% on five engine sweeps.
+``P = 2 + k/4`` took the mean error of a group law's held-out top rate from 6.1 to 5.1% on the
+example and lowered it on four other sweeps (benchmarks/README.md, forty-first session);
+every function below takes ``p`` with default 2 (:data:`SOFT_POWER`).
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ __all__ = [
     "mean_context",
     "latency",
     "compute_latency",
+    "soft_power",
     "evenly_spaced",
     "staircase_offset",
     "capacity",
@@ -97,6 +107,10 @@ __all__ = [
 # Most requests the scheduler runs at once: vLLM's default ``max_num_seqs``, and the engine
 # simulator's. The compute curve's intercept is Q·BATCH_CAP·C3 (module docstring).
 BATCH_CAP = 256
+
+# The capacity form's power at k = 0 and its growth per drafted token (soft_power).
+SOFT_POWER = 2.0
+POWER_SLOPE = 0.25
 
 # Stand-in for log(alpha) at alpha = 1, small enough to be exact in the E ratio and still normal.
 _TINY_LOG = -1e-300
@@ -258,10 +272,18 @@ def compute_latency(rps, c3, q):
         return q * BATCH_CAP * c3 / (1.0 - (1.0 - q) * rps * c3)
 
 
-def latency(rps, c1, c2, c3=0.0, q=0.0):
-    r"""Mean request latency in seconds, :math:`L = (L_m^2 + L_c^2 - A^2)^{1/2}` with
+def soft_power(k):
+    """The capacity form's power, ``P = 2 + k/4`` (:data:`SOFT_POWER`, :data:`POWER_SLOPE`;
+    module docstring): the bend from the memory curve to the compute curve sharpens with the
+    draft length ``k``."""
+    return SOFT_POWER + POWER_SLOPE * k
+
+
+def latency(rps, c1, c2, c3=0.0, q=0.0, p=SOFT_POWER):
+    r"""Mean request latency in seconds, :math:`L = (L_m^P + L_c^P - A^P)^{1/P}` with
     :math:`L_m = C_1/(1 - \mathrm{rps}\,C_2)`, :math:`L_c` the compute-bound curve
-    (:func:`compute_latency`) and :math:`A = Q\,B_{\max}\,C_3` its value at zero load.
+    (:func:`compute_latency`), :math:`A = Q\,B_{\max}\,C_3` its value at zero load and ``p``
+    the norm's power (:func:`soft_power`).
 
     With the default ``c3 = q = 0`` this is the paper's :math:`C_1/(1 - \mathrm{rps}\,C_2)`.
     Returns ``inf`` (never a negative number or NaN) at or past either saturation,
@@ -272,30 +294,31 @@ def latency(rps, c1, c2, c3=0.0, q=0.0):
     with np.errstate(divide="ignore", invalid="ignore"):
         ok = (denom > 0) & (rho < 1)
         mem = c1 / _where(denom > 0, denom, 1.0)
-        comp = compute_latency(_where(rho < 1, rps, 0.0), c3, q)
-        lat = np.sqrt(mem**2 + (comp - q * BATCH_CAP * c3) * (comp + q * BATCH_CAP * c3))
-        return _where(ok, lat, np.inf)
+        # L_c^P − A^P = A^P·((1 − (1 − Q)·rps·C3)^−P − 1), without cancellation at low load
+        fill = (1.0 - q) * _where(rho < 1, rps, 0.0) * c3
+        rise = (q * BATCH_CAP * c3) ** p * np.expm1(-p * np.log1p(-fill))
+        return _where(ok, (mem**p + rise) ** (1.0 / p), np.inf)
 
 
-def compute_share(rps, c1, c2, c3=0.0, q=0.0):
-    r"""The compute curve's share of the latency's square, :math:`L_c^2/L^2`
+def compute_share(rps, c1, c2, c3=0.0, q=0.0, p=SOFT_POWER):
+    r"""The compute curve's share of the latency's ``P``-th power, :math:`L_c^P/L^P`
     (:func:`latency`): how much of ``log L`` moves with its headroom; 0 in the paper's model,
-    :math:`(A/C_1)^2` at zero load, towards 1 where compute binds (1 past either saturation)."""
+    :math:`(A/C_1)^P` at zero load, towards 1 where compute binds (1 past either saturation)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        lat = latency(rps, c1, c2, c3, q)
-        share = (compute_latency(rps, c3, q) / lat) ** 2
+        lat = latency(rps, c1, c2, c3, q, p)
+        share = (compute_latency(rps, c3, q) / lat) ** p
     return _where(np.isfinite(lat) & np.isfinite(share), share, 1.0)
 
 
-def wall_sensitivity(rps, c1, c2, c3=0.0, q=0.0):
+def wall_sensitivity(rps, c1, c2, c3=0.0, q=0.0, p=SOFT_POWER):
     r"""How far the latency moves with the compute wall, :math:`w/(1-\rho)` with :math:`w`
     the compute curve's share (:func:`compute_share`) and :math:`\rho = \mathrm{rps}\,C_3` the
     batch's fill: near the wall the batch, fluctuating about its mean, meets its cap and the
     latency follows the wall's place as a queue's does. 0 in the paper's model,
-    :math:`(A/C_1)^2` at zero load; ``inf`` at and past the capacity."""
+    :math:`(A/C_1)^P` at zero load; ``inf`` at and past the capacity."""
     rho = rps * c3
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = compute_share(rps, c1, c2, c3, q) / (1.0 - rho)
+        out = compute_share(rps, c1, c2, c3, q, p) / (1.0 - rho)
     return _where(rho < 1.0, out, np.inf)
 
 
@@ -361,7 +384,8 @@ def capacity(c2, c3=0.0):
         return _where(top > 0, 1.0 / _where(top > 0, top, 1.0), np.inf)
 
 
-def speedup(rps, c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=0.0):
+def speedup(rps, c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=0.0,
+            p_d=SOFT_POWER, p_sd=SOFT_POWER):
     r"""Speedup of SD over the baseline at load ``rps``, :math:`S = L_D / L_{SD}`.
 
     Equal to :math:`(1/C_{1R})(1 + (1 - C_{2R})\,r/(1-r))` with :math:`r = \mathrm{rps}\,C_{2,D}`
@@ -369,7 +393,8 @@ def speedup(rps, c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=0.
     saturated, 0 where only SD is, NaN where both are.
     """
     with np.errstate(invalid="ignore"):
-        return latency(rps, c1_d, c2_d, c3_d, q_d) / latency(rps, c1_sd, c2_sd, c3_sd, q_sd)
+        return (latency(rps, c1_d, c2_d, c3_d, q_d, p_d)
+                / latency(rps, c1_sd, c2_sd, c3_sd, q_sd, p_sd))
 
 
 def ratios(c1_d, c2_d, c1_sd, c2_sd):
@@ -377,7 +402,8 @@ def ratios(c1_d, c2_d, c1_sd, c2_sd):
     return c1_sd / c1_d, c2_sd / c2_d
 
 
-def break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=0.0):
+def break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=0.0,
+                   p_d=SOFT_POWER, p_sd=SOFT_POWER):
     r"""The load at which SD and the baseline have the same latency, :math:`\mathrm{RPS}^*`.
 
     For the paper's model (every ``c3``, ``q`` zero) it is closed-form:
@@ -407,7 +433,7 @@ def break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=
             r_star = num / _where(den != 0, den, np.nan)
         inside = (r_star > 0) & (r_star < 1)
         return _where(inside, r_star / c2_d, np.nan)
-    args = (c1_d, c2_d, c1_sd, c2_sd, *extra)
+    args = (c1_d, c2_d, c1_sd, c2_sd, *extra, p_d, p_sd)
     if any(isinstance(a, xr.DataArray) for a in args):
         arrays = xr.broadcast(*(a if isinstance(a, xr.DataArray) else xr.DataArray(a)
                                 for a in args))
@@ -422,15 +448,15 @@ _GRID = 1.0 - np.concatenate([np.linspace(1.0, 0.0, 65)[1:-1] ** 3, [1e-6, 1e-9]
 _BISECT = 40
 
 
-def _crossing(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd):
+def _crossing(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd, p_d, p_sd):
     """:func:`break_even_rps` on broadcast NumPy arrays: grid search, then bisection."""
     top = capacity(c2_d, c3_d)
     top = np.where(np.isfinite(top), top, 1e12)
 
     def gap(rps):  # sign of L_SD − L_D, inf − finite = +, both inf: NaN (never a crossing)
         with np.errstate(invalid="ignore"):
-            return np.sign(latency(rps, c1_sd, c2_sd, c3_sd, q_sd)
-                           - latency(rps, c1_d, c2_d, c3_d, q_d))
+            return np.sign(latency(rps, c1_sd, c2_sd, c3_sd, q_sd, p_sd)
+                           - latency(rps, c1_d, c2_d, c3_d, q_d, p_d))
 
     start = np.sign(c1_sd - c1_d)
     signs = np.stack([gap(u * top) for u in _GRID])

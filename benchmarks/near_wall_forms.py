@@ -15,7 +15,8 @@ in-sample log RMS). The forms, three free numbers each, the wall at the measured
 - ``queue``: the memory-bound curve plus an M/G/1 queue's wait whose pole is the ceiling,
   ``C1/(1 − r·C2) + Q·C3·ρ/(1 − ρ)``, ``ρ = r·C3``, ``C3 = 1/ceiling`` (the ``capacity``
   variants' form until the thirty-fourth session);
-- ``roofline``: :func:`bayeslat.theory.latency`, the soft maximum of the memory-bound curve and
+- ``roofline``: :func:`bayeslat.theory.latency` with ``p = 2`` (the ``capacity`` variants'
+  form until the forty-second session), the soft maximum of the memory-bound curve and
   a compute-bound one of the same form, ``(L_m² + L_c² − A²)^(1/2)``,
   ``L_c = A/(1 − (1 − Q)·r·C3)``, ``A = Q·B·C3``: the steady state of a server whose step time
   is the larger of two lines in the batch, the batch full (``B``, ``--batch``, vLLM's
@@ -28,7 +29,8 @@ its ceiling: the point-estimate twin of ``bayeslat validate --split top-rate`` (
 configuration's top rate held out), in seconds instead of minutes, with its bias by draft length
 (forty-first session). ``--forms`` may also name ``pnorm``, the roofline form with a
 ``p``-norm in place of the quadrature, ``(L_m^p + L_c^p − A^p)^(1/p)``, ``p`` = ``--p`` +
-``--p-slope``·k.
+``--p-slope``·k (the defaults, 2 and 0.25, are :func:`bayeslat.theory.soft_power`: the
+``capacity`` variants' form since the forty-second session).
 
 With ``--free-wall`` the wall is a fourth free number, at or beyond the measured ceiling
 (``1/C3 >= ceiling``): where the curve itself would put it (fortieth session).
@@ -66,14 +68,7 @@ def queue(r, c1, c2, c3, q):
     return c1 / (1 - r * c2) + q * c3 * rho / (1 - rho)
 
 
-def pnorm(r, c1, c2, c3, q, p=2.0):
-    """The roofline form with a ``p``-norm soft maximum (``p = 2``: :func:`theory.latency`)."""
-    lm, lc, a = c1 / (1 - r * c2), theory.compute_latency(r, c3, q), q * theory.BATCH_CAP * c3
-    ok = (r * c2 < 1) & (r * c3 < 1)
-    return np.where(ok, (lm**p + lc**p - a**p) ** (1 / p), np.inf)
-
-
-FORMS = {"queue": queue, "roofline": theory.latency, "pnorm": pnorm}
+FORMS = {"queue": queue, "roofline": partial(theory.latency, p=2.0), "pnorm": theory.latency}
 
 
 def wall(c3, theta):
@@ -209,7 +204,7 @@ def main() -> None:
 
     def form_of(name):  # the form as a function of the draft length
         if name == "pnorm":
-            return lambda k: partial(pnorm, p=args.p + args.p_slope * k)
+            return lambda k: partial(theory.latency, p=args.p + args.p_slope * k)
         return lambda k: FORMS[name]
 
     forms = {name: form_of(name) for name in args.forms.split(",")}

@@ -74,7 +74,7 @@ class Fitted:
 
     def latency(self, parts, rows):
         rps = xr.DataArray(rows["rps"].to_numpy(), dims="obs")
-        extra = [parts[n] for n in ("C3", "Q") if n in parts]
+        extra = [parts[n] for n in ("C3", "Q", "P") if n in parts]
         return theory.latency(rps, parts["C1"], parts["C2"], *extra).transpose(
             "chain", "draw", "obs")
 
@@ -239,7 +239,8 @@ def test_capacity_is_set_by_the_larger_of_c2_and_c3():
     c3 = 2.0 * c2
     first = _first(table.assign(c3=c3))
     ceilings = first.assign(rps=1.0 / first["c3"]).drop(columns="c3")
-    fitted = Fitted(table, {"C1": c1, "C2": c2, "C3": c3, "Q": np.zeros_like(c1)},
+    fitted = Fitted(table, {"C1": c1, "C2": c2, "C3": c3, "Q": np.zeros_like(c1),
+                            "P": theory.soft_power(table["k"].to_numpy(float))},
                     ceilings=ceilings)
     out = adequacy.check(fitted)
     np.testing.assert_allclose(out.configs["capacity_ratio"], 1.0)

@@ -160,11 +160,12 @@ def test_fit_records_its_misfit_configurations_and_decide_warns_of_them(sweep, t
 class _CapacityStub:
     """A fitted model stand-in whose predict returns fixed capacity-form parts per k."""
 
-    parts = ("C1", "C2", "C3", "Q")
+    parts = ("C1", "C2", "C3", "Q", "P")
     per_configuration = False
-    # k: (C1, C2, C3, Q); k = 6 meets its compute wall (1/C3 = 10 req/s) first
-    PARTS = {0: (1.2, 0.07, 0.045, 0.01), 2: (0.92, 0.072, 0.055, 0.01),
-             6: (0.78, 0.085, 0.1, 0.02)}
+    # k: (C1, C2, C3, Q, P); k = 6 meets its compute wall (1/C3 = 10 req/s) first
+    PARTS = {k: (*v, theory.soft_power(k)) for k, v in {
+        0: (1.2, 0.07, 0.045, 0.01), 2: (0.92, 0.072, 0.055, 0.01),
+        6: (0.78, 0.085, 0.1, 0.02)}.items()}
 
     def __init__(self):
         self.rows = pd.DataFrame({"config": ["a k2", "a k6"], "k": [2, 6], "alpha": 0.75,
@@ -186,8 +187,9 @@ def test_headline_uses_the_compute_wall():
     head = decide.headline(_CapacityStub()).set_index("config")
     base = _CapacityStub.PARTS[0]
     for config, k in (("a k2", 2), ("a k6", 6)):
-        c1, c2, c3, q = _CapacityStub.PARTS[k]
-        want = theory.break_even_rps(base[0], base[1], c1, c2, base[2], base[3], c3, q)
+        c1, c2, c3, q, p = _CapacityStub.PARTS[k]
+        want = theory.break_even_rps(base[0], base[1], c1, c2, base[2], base[3], c3, q,
+                                     base[4], p)
         assert head.loc[config, "rps_star"] == pytest.approx(float(want), rel=1e-9)
         assert head.loc[config, "speedup0"] == pytest.approx(base[0] / c1)
     # the paper's closed form (no wall) would put k = 6's RPS* at 8.86 req/s

@@ -188,15 +188,16 @@ def capacity_point_mass(n=20):
     c1, c2 = point_mass(n)
     c3 = xr.DataArray(np.tile(C3, (n, 1)), dims=c1.dims, coords=c1.coords)
     q = xr.DataArray(np.tile(Q, (n, 1)), dims=c1.dims, coords=c1.coords)
-    return c1, c2, c3, q
+    return c1, c2, c3, q, theory.soft_power(c1["k"])
 
 
 def test_capacity_form_point_mass_equals_theory():
-    c1, c2, c3, q = capacity_point_mass()
+    c1, c2, c3, q, p = capacity_point_mass()
     rps = np.array([0.0, 4.0, 8.0, 9.5, 10.5, 13.0])
-    out = decide.analyse(c1, c2, rps, c3=c3, q=q)
+    out = decide.analyse(c1, c2, rps, c3=c3, q=q, p=p)
     for k, c1k, c2k, c3k, qk in zip(KS, C1, C2, C3, Q, strict=True):
-        extras = (C3[0], Q[0], c3k, qk)
+        pk = theory.soft_power(k)
+        extras = (C3[0], Q[0], c3k, qk, 2.0, pk)
         want = theory.speedup(rps, C1[0], C2[0], c1k, c2k, *extras)
         ok = np.isfinite(want)
         np.testing.assert_allclose(out["speedup"].sel(stat="q50", k=k).values[ok], want[ok],
@@ -205,10 +206,11 @@ def test_capacity_form_point_mass_equals_theory():
         np.testing.assert_allclose(out["rps_star"].sel(stat="q50", k=k), star, rtol=1e-9)
         assert out["capacity"].sel(stat="q50", k=k) == pytest.approx(
             float(theory.capacity(c2k, c3k)))
-        lat = theory.latency(rps, c1k, c2k, c3k, qk)
+        lat = theory.latency(rps, c1k, c2k, c3k, qk, pk)
         np.testing.assert_array_equal(out["p_saturated"].sel(k=k).values, ~np.isfinite(lat))
     # the compute wall moves RPS* below the paper's closed form, and the alert line with it
-    star6 = theory.break_even_rps(C1[0], C2[0], C1[2], C2[2], C3[0], Q[0], C3[2], Q[2])
+    star6 = theory.break_even_rps(C1[0], C2[0], C1[2], C2[2], C3[0], Q[0], C3[2], Q[2], 2.0,
+                                  theory.soft_power(6))
     assert star6 < theory.break_even_rps(C1[0], C2[0], C1[2], C2[2]) - 0.1
     assert out["rps_alert"].sel(k=6) == pytest.approx(star6, rel=1e-9)
     # past k = 6's compute wall (10 req/s) it is never chosen

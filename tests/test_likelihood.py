@@ -7,6 +7,7 @@ import pytest
 from pymc.initial_point import make_initial_point_fn
 from support.sweeps import table
 
+from bayeslat import theory
 from bayeslat.errors import FitError
 from bayeslat.models import VARIANTS, get
 from bayeslat.models.base import BARRIER_WIDTH, LatencyModel
@@ -66,11 +67,14 @@ def test_the_kernel_follows_the_barrier_past_both_walls(tiny):
             "se_rel": tiny * rng.uniform(0.0, 0.05, rows),
             "sync": (rng.uniform(size=rows) < 0.2) * 1.0}
     scalars = {"sigma": 0.03 * tiny, "sigma_wall": 0.02 * tiny, "nu": 3.5, "shift": -0.1}
+    power = theory.soft_power(rng.choice([0.0, 1.0, 2.0, 6.0], n))  # data: each curve's k
     for wall in (True, False):
         names = ("C1", "C2", "C3", "Q") if wall else ("C1", "C2")
         parts = {name: pt.dvector(name) for name in names}
+        if wall:
+            parts["P"] = pt.as_tensor_variable(power)
         s = {name: pt.dscalar(name) for name in scalars}
-        at = {name: parts[name][idx] for name in names}
+        at = {name: value[idx] for name, value in parts.items()}
         mu = LatencyModel.log_mean(LatencyModel, at, {"rps": rps}) + s["shift"] * data["sync"]
         scale = LatencyModel.likelihood_scale(s["sigma"], data["se_rel"], at, {"rps": rps},
                                               s["sigma_wall"])
@@ -80,7 +84,8 @@ def test_the_kernel_follows_the_barrier_past_both_walls(tiny):
                  ).sum()
         fused = row_student_t(parts, s["sigma"], nu, s["shift"],
                               s["sigma_wall"] if wall else None, data, BARRIER_WIDTH)
-        inputs = [*parts.values(), *(s[k] for k in scalars if wall or k != "sigma_wall")]
+        inputs = [*(parts[name] for name in names),
+                  *(s[k] for k in scalars if wall or k != "sigma_wall")]
         args = [values[name] for name in names] + [scalars[k] for k in scalars
                                                    if wall or k != "sigma_wall"]
         for mode in ("FAST_COMPILE", "NUMBA"):

@@ -388,8 +388,8 @@ class LatencyModel:
     def log_mean(self, parts: dict, data: dict):
         r"""Model log latency per observation (the Student-t location), from the parts and the
         inputs gathered to the observations: :math:`\log C_1 - \log h(1 - \mathrm{rps}\,C_2)`,
-        or, where the parts have the compute wall (``C3``, ``Q``),
-        :math:`\tfrac12\log(L_m^2 + L_c^2 - A^2)` with the compute-bound curve
+        or, where the parts have the compute wall (``C3``, ``Q``, ``P``),
+        :math:`\tfrac1P\log(L_m^P + L_c^P - A^P)` with the compute-bound curve
         :math:`L_c = A / h(1 - (1 - Q)\,\mathrm{rps}\,C_3)`, :math:`A = Q\,B_{\max}\,C_3`
         (:func:`bayeslat.theory.latency`), both headrooms through the barrier."""
         import pytensor.tensor as pt
@@ -397,9 +397,9 @@ class LatencyModel:
         memory, intercept, headroom = self._log_terms(parts, data)
         if intercept is None:
             return memory
-        # L² = L_m² + A²·(1/h² − 1): the compute curve's rise over its zero-load value
-        return 0.5 * pt.log(pt.exp(2.0 * memory)
-                            + pt.exp(2.0 * intercept) * pt.expm1(-2.0 * headroom))
+        # L^P = L_m^P + A^P·(1/h^P − 1): the compute curve's rise over its zero-load value
+        p = parts["P"]
+        return pt.log(pt.exp(p * memory) + pt.exp(p * intercept) * pt.expm1(-p * headroom)) / p
 
     @staticmethod
     def _log_terms(parts: dict, data: dict):
@@ -419,7 +419,7 @@ class LatencyModel:
         r"""The Student-t scale of each observation, :math:`s_i^2 = \sigma^2 + \mathrm{se}_i^2`,
         plus, for the variants with the compute wall, :math:`(\sigma_{\mathrm{wall}}\,v_i)^2`
         with :math:`v_i = w_i/(1-\rho_i)` how far the latency moves with the wall
-        (:func:`bayeslat.theory.wall_sensitivity`; :math:`w_i = L_c^2/L^2` the compute
+        (:func:`bayeslat.theory.wall_sensitivity`; :math:`w_i = L_c^P/L^P` the compute
         curve's share, :math:`\rho_i = \mathrm{rps}_i\,C_3` the batch's fill): ``sigma_wall``
         (:meth:`sigma_wall`) is a jitter of the wall itself, in log terms. Near the wall the
         form is an approximation (the batch, token-budget and KV limits bind there too, and a
@@ -432,9 +432,9 @@ class LatencyModel:
         if "C3" in parts:
             memory, intercept, headroom = LatencyModel._log_terms(parts, data)
             log_mean = LatencyModel.log_mean(LatencyModel, parts, data)
-            # the compute curve's share, (A/h/L)², over the batch's headroom at the wall
+            # the compute curve's share, (A/h/L)^P, over the batch's headroom at the wall
             fill = log_headroom(1.0 - data["rps"] * parts["C3"])
-            moves = pt.exp(2.0 * (intercept - headroom - log_mean) - fill)
+            moves = pt.exp(parts["P"] * (intercept - headroom - log_mean) - fill)
             var = var + (sigma_wall * moves) ** 2
         return pt.sqrt(var)
 
@@ -459,7 +459,7 @@ class LatencyModel:
             return sigma
         if not isinstance(rps, xr.DataArray):
             rps = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
-        moves = theory.wall_sensitivity(rps, parts["C1"], parts["C2"], parts["C3"], parts["Q"])
+        moves = theory.wall_sensitivity(rps, parts["C1"], parts["C2"], *capacity_terms(parts))
         # past the wall the latency is infinite whatever its scatter: keep the scale finite
         # there, so that the draws stay infinite (inf·t would be NaN, or -inf)
         moves = moves.where(np.isfinite(moves), 0.0)
@@ -508,8 +508,7 @@ class LatencyModel:
         if stall is None:
             return latency
         rates = self.constant_rates(rows)
-        at = theory.latency(rates, parts["C1"], parts["C2"], parts.get("C3", 0.0),
-                            parts.get("Q", 0.0))
+        at = theory.latency(rates, parts["C1"], parts["C2"], *capacity_terms(parts))
         return (theory.evenly_spaced(latency, rps, stall)
                 + theory.staircase_offset(at, rates, stall, "rate"))
 
@@ -536,7 +535,7 @@ class LatencyModel:
     def latency(self, parts: xr.Dataset, rows: pd.DataFrame) -> xr.DataArray:
         """Exact latency (``inf`` past saturation) from predicted parts, via theory."""
         lat = theory.latency(xr.DataArray(rows["rps"].to_numpy(), dims="obs"), parts["C1"],
-                             parts["C2"], parts.get("C3", 0.0), parts.get("Q", 0.0))
+                             parts["C2"], *capacity_terms(parts))
         return lat.transpose("chain", "draw", "obs")
 
     def capacity(self, parts: xr.Dataset) -> xr.DataArray:
@@ -820,10 +819,10 @@ def full_coefficients(pred: xr.Dataset):
     return pred["C1u"] + pred["C1s"], pred["C2u"] + pred["C2s"]
 
 
-def capacity_terms(pred: xr.Dataset):
-    """``(C3, Q)`` draws of the compute wall from predicted parts; ``(0.0, 0.0)`` for the
-    variants without it (the paper's model), so that :mod:`bayeslat.theory` takes its closed
-    forms."""
+def capacity_terms(pred):
+    """``(C3, Q, P)`` of the compute wall from predicted parts (a Dataset or a dict: draws of
+    ``C3`` and ``Q``, the norm's power ``P``); ``(0.0, 0.0, 2.0)`` for the variants without it
+    (the paper's model), so that :mod:`bayeslat.theory` takes its closed forms."""
     if "C3" in pred and "Q" in pred:
-        return pred["C3"], pred["Q"]
-    return 0.0, 0.0
+        return pred["C3"], pred["Q"], pred["P"]
+    return 0.0, 0.0, theory.SOFT_POWER

@@ -6,15 +6,17 @@ curve and the compute-bound one, each of the paper's form, up to the capacity at
 scheduler's batch is full (:func:`bayeslat.theory.latency`, whose docstring derives it):
 
 .. math::
-    L = \bigl(L_m^2 + L_c^2 - A^2\bigr)^{1/2}, \qquad L_m = \frac{C_1}{1 - \mathrm{rps}\,C_2},
+    L = \bigl(L_m^P + L_c^P - A^P\bigr)^{1/P}, \qquad L_m = \frac{C_1}{1 - \mathrm{rps}\,C_2},
     \qquad L_c = \frac{A}{1 - (1 - Q)\,\mathrm{rps}\,C_3}, \qquad A = Q\,B_{\max}\,C_3,
     \qquad \text{capacity} = 1/\max(C_2, C_3),
 
 ``C3`` the compute time of a request at a full batch of ``B_max`` requests
-(:data:`bayeslat.theory.BATCH_CAP`) and ``Q`` the share of it that is the compute-bound step's
-intercept. (An M/G/1 queue's wait with its pole at the measured ceiling, the form before it,
-missed the held-out top rates more: the ceiling is where the batch fills, not where compute
-saturates; benchmarks/README.md, thirty-third to thirty-fifth sessions.) The measured ceilings
+(:data:`bayeslat.theory.BATCH_CAP`), ``Q`` the share of it that is the compute-bound step's
+intercept and ``P = 2 + k/4`` the norm's power, data (:func:`bayeslat.theory.soft_power`: the
+bend sharpens with the draft length). (An M/G/1 queue's wait with its pole at the measured
+ceiling, the form before it, missed the held-out top rates more: the ceiling is where the batch
+fills, not where compute saturates; benchmarks/README.md, thirty-third to thirty-fifth
+sessions.) The measured ceilings
 (throughput benchmarks) are data of their own, so the fitted capacity must agree with them:
 
 .. math::
@@ -101,7 +103,7 @@ the batch fluctuates, and each bends the curve its own way). Those misses are no
 a Student-t that called them so would let a top point choose between being fitted and being
 ignored (two modes). The likelihood's scale therefore grows with how far the latency moves with
 the wall, ``s² = sigma² + se² + (sigma_wall·v)²``, ``v = w/(1 − ρ)`` with ``w`` the compute
-curve's share of ``L²`` and ``ρ = rps·C3`` the batch's fill
+curve's share of ``L^P`` and ``ρ = rps·C3`` the batch's fill
 (:meth:`~bayeslat.models.base.LatencyModel.likelihood_scale`,
 :func:`~bayeslat.theory.wall_sensitivity`): ``sigma_wall`` is a jitter of the wall itself (each
 benchmark, of finite length, sees its own effective wall), so the bands widen as the wall nears,
@@ -157,6 +159,9 @@ Q_CAP = 0.9
 # top points still pin it (at 0.8 the fit took fewer steps a draw but reached a third less
 # ESS in as many draws).
 QUEUE_AT = 0.9
+# A configuration's parts: the paper's, the compute wall's, and the power of the norm that joins
+# the two curves (theory.soft_power: a function of k, not sampled).
+WALL_PARTS = ("C1", "C2", "C3", "Q", "P")
 # Spread of log Q between the configurations of a group (with the queue's form before it, the
 # example's per-configuration posterior medians scattered by 0.24-0.67 within a group).
 TAU_Q = 0.5
@@ -231,7 +236,7 @@ class CapacityModel(HierarchicalModel):
     configuration around its group's."""
 
     variant = "capacity"
-    parts = ("C1", "C2", "C3", "Q")
+    parts = WALL_PARTS
     fits_ceilings = True
     coef_names = scaling.ALL_COEFS
     # c1v centred with its server contrasts: 1,500 draws at 189 steps, non-centred 1,875 at 251
@@ -307,16 +312,17 @@ class CapacityModel(HierarchicalModel):
         _, log_q = self._per_config("Q", TAU_Q, self.config_shares(),
                                     log_odds(new_a - log_c3[len(self.configs):]), shift=shift,
                                     tau_new=new_tau)
-        return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.sigmoid(log_q)[index]}
+        return {"C1": c1, "C2": c2, "C3": pt.exp(log_c3)[index], "Q": pt.sigmoid(log_q)[index],
+                "P": theory.soft_power(k)}
 
     def known_parts(self, rows: pd.DataFrame, seed=0) -> dict | None:
-        """``C1``, ``C2``, ``C3``, ``Q`` of ``rows`` (:func:`~bayeslat.models.base.prepare`)
-        from the stored posterior, without building the model's graph, when every group and
-        drafter of ``rows`` was fitted (None otherwise). A fitted configuration gets its own
-        ``C3`` and ``Q``, the graph's values; one never measured gets its group's compute time
-        and stage-1 queue factor times fresh deviations ``exp(s_C3·z)`` and
-        ``exp(TAU_Q·z)``, one ``z`` per draw and configuration (seeded by ``seed``): the
-        graph's distribution, not its random numbers."""
+        """``C1``, ``C2``, ``C3``, ``Q`` (and the norm's power ``P``) of ``rows``
+        (:func:`~bayeslat.models.base.prepare`) from the stored posterior, without building
+        the model's graph, when every group and drafter of ``rows`` was fitted (None
+        otherwise). A fitted configuration gets its own ``C3`` and ``Q``, the graph's values;
+        one never measured gets its group's compute time and stage-1 queue factor times fresh
+        deviations ``exp(s_C3·z)`` and ``exp(TAU_Q·z)``, one ``z`` per draw and configuration
+        (seeded by ``seed``): the graph's distribution, not its random numbers."""
         index = self.fitted_units(rows)
         if index is None:
             return None
@@ -349,7 +355,9 @@ class CapacityModel(HierarchicalModel):
                               log_c3)
             log_q = xr.where(is_new, xr.apply_ufunc(log_odds, log_a - log_c3) + tau * z_q,
                              log_q)
-        return out | {"C3": np.exp(log_c3), "Q": 1.0 / (1.0 + np.exp(-log_q))}
+        power = theory.soft_power(xr.DataArray(rows["k"].to_numpy(float), dims="obs"))
+        return out | {"C3": np.exp(log_c3), "Q": 1.0 / (1.0 + np.exp(-log_q)),
+                      "P": power.broadcast_like(log_c3)}
 
     def attrs(self) -> dict[str, str]:
         """The base's, and the stage-1 shares per group and configuration
@@ -545,11 +553,15 @@ class CapacityModel(HierarchicalModel):
 
 
 class DenseCapacityModel(DenseModel):
-    """Per-configuration ``C1``, ``C2``, ``C3``, ``Q`` with partial pooling."""
+    """Per-configuration ``C1``, ``C2``, ``C3``, ``Q`` with partial pooling (and the norm's
+    power ``P`` of each configuration's ``k``)."""
 
     variant = "dense-capacity"
-    parts = ("C1", "C2", "C3", "Q")
+    parts = WALL_PARTS
     fits_ceilings = True
+
+    def coefficients(self, curves, data, dim):
+        return super().coefficients(curves, data, dim) | {"P": theory.soft_power(data["k"])}
 
     def start(self):
         c3 = _compute_start(self)

@@ -55,7 +55,7 @@ class DenseModel(LatencyModel):
                            "model to predict new configurations")
         cidx = pm.Data("config_idx", idx, dims=dim)
         out = {}
-        for name in self.parts:
+        for name in (n for n in self.parts if n != "P"):  # the norm's power is k's, not sampled
             # Q is a share: its log odds, not its log (the capacity variants' latency)
             median = np.log(self.config.prior(f"dense_{name.lower()}_median"))
             if name == "Q":

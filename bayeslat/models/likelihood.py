@@ -4,7 +4,7 @@ The exact likelihood of a fit is a Student-t on each row's log latency (:meth:`L
 <bayeslat.models.base.LatencyModel.build>`),
 
 .. math::
-    \log L_i = \tfrac12\log\bigl((L^{\mathrm{mem}}_i)^2 + (L^{\mathrm{comp}}_i)^2 - A^2\bigr)
+    \log L_i = \tfrac1P\log\bigl((L^{\mathrm{mem}}_i)^P + (L^{\mathrm{comp}}_i)^P - A^P\bigr)
     + s\,[\text{sync}_i], \qquad L^{\mathrm{mem}}_i = \frac{C_{1}}{h(1 - r_i C_{2})}, \qquad
     L^{\mathrm{comp}}_i = \frac{A}{h(1 - \rho_i)}, \quad A = Q\,B_{\max}\,C_{3}, \quad
     \rho_i = (1 - Q)\,r_i C_{3},
@@ -12,11 +12,11 @@ The exact likelihood of a fit is a Student-t on each row's log latency (:meth:`L
 .. math::
     y_i \sim t_\nu\bigl(\log L_i,\ s_i\bigr), \qquad
     s_i^2 = \sigma^2 + \mathrm{se}_i^2 + \bigl(\sigma_{\mathrm{wall}}\,v_i\bigr)^2, \qquad
-    v_i = \frac{(L^{\mathrm{comp}}_i)^2 / L_i^2}{h(1 - r_i C_3)},
+    v_i = \frac{(L^{\mathrm{comp}}_i)^P / L_i^P}{h(1 - r_i C_3)},
 
 with ``h`` the saturation barrier (:func:`~bayeslat.models.base.log_headroom`, whose width the
-caller gives) and each row's ``C1``, ``C2`` (and, with the compute wall, ``C3``, ``Q``) its
-curve's. Built from PyTensor's
+caller gives) and each row's ``C1``, ``C2`` (and, with the compute wall, ``C3``, ``Q`` and the
+norm's power ``P``, :func:`~bayeslat.theory.soft_power`, data) its curve's. Built from PyTensor's
 elementwise operations, the rows cost about 0.17 µs each in the forward pass and as much again
 in the backward one, over a dozen logs, square roots and softpluses and two gathers and
 scatters per coefficient: two thirds of the ``capacity`` model's gradient on the shipped example
@@ -34,8 +34,9 @@ Derivatives (:func:`_kernel`): with the residual :math:`e = y - \mu`, the varian
 :math:`\partial/\partial\mu = (\nu+1)e/(v(\nu+z^2))`,
 :math:`\partial/\partial v = ((\nu+1)z^2/(\nu+z^2) - 1)/(2v)`; through the mean and the scale to
 :math:`\log L^{\mathrm{mem}}`, :math:`\log A` and :math:`-\log h(1 - \rho)` (:math:`\mu` moves
-with them by :math:`1 - x`, :math:`x` and :math:`(L^{\mathrm{comp}})^2/L^2`, with
-:math:`x = 1 - (L^{\mathrm{mem}})^2/L^2`), then to the coefficients with
+with them by :math:`1 - x`, :math:`x` and :math:`w = (L^{\mathrm{comp}})^P/L^P`, with
+:math:`x = 1 - (L^{\mathrm{mem}})^P/L^P`; :math:`\log v` by :math:`-P(1 - x)`, :math:`P(1 - x)`
+and :math:`P(1 - w)`), then to the coefficients with
 :math:`d\log h(d)/dd = 1/\sqrt{d^2 + 4w^2}`.
 
 The sampler uses it for every exact fit it compiles with numba (nutpie:
@@ -92,12 +93,13 @@ def _log_product(value: float, product: float, logs: float) -> tuple[float, floa
 
 
 @numba.njit(cache=True, fastmath=FASTMATH)
-def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync, wall,
-            width, batch):
+def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync, power,
+            wall, width, batch):
     """Sum over the rows of the Student-t log density without its normalising constant, and
     its gradient with respect to ``c1``, ``c2``, ``c3``, ``q`` (per curve), ``sigma``,
-    ``sigma_wall``, ``nu`` and ``shift``; ``width`` is the barrier's. Without the ``wall``,
-    ``c3``, ``q`` and ``sigma_wall`` are ignored (their gradients 0).
+    ``sigma_wall``, ``nu`` and ``shift``; ``width`` is the barrier's, ``power`` each curve's
+    norm (data). Without the ``wall``, ``c3``, ``q``, ``power`` and ``sigma_wall`` are ignored
+    (their gradients 0).
 
     A curve's gradient is summed in registers over each run of its rows (a fit's rows come
     curve by curve; any order gives the same sums), and the logs of the variances and of the
@@ -110,7 +112,8 @@ def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sy
     p_var = p_den = 1.0
     log_var = log_den = sum_dvar = sum_moved = sum_weight = g_shift = 0.0
     cur = -1
-    a1 = a2 = a3 = aq = cc1 = cc2 = cc3 = cq = intercept = slope = 0.0
+    a1 = a2 = a3 = aq = cc1 = cc2 = cc3 = cq = intercept = slope = intercept_p = 0.0
+    cp, inv_p = 1.0, 1.0  # without the wall log L = log mem: the "norm" of one curve
     for i in range(rps.shape[0]):
         c, r = idx[i], rps[i]
         if c != cur:  # a new run: the last one's gradient out, this curve's values in
@@ -123,25 +126,28 @@ def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sy
             cur, a1, a2, a3, aq = c, 0.0, 0.0, 0.0, 0.0
             cc1, cc2 = c1[c], c2[c]
             if wall:
-                cc3, cq = c3[c], q[c]
+                cc3, cq, cp = c3[c], q[c], power[c]
+                inv_p = 1.0 / cp
                 intercept, slope = cq * batch * cc3, (1.0 - cq) * cc3
+                intercept_p = intercept**cp
         d2 = 1.0 - r * cc2
         root2 = math.sqrt(d2 * d2 + w4)
         mem = cc1 * _inverse_headroom(d2, root2, half_inv_w2)
-        latency2, excess, share, moves, root3, root4 = mem * mem, 0.0, 0.0, 0.0, 1.0, 1.0
-        if wall:  # mu = log(mem² + comp² − A²)/2, comp = A/h3; moves = comp²/L²/h4
+        latency_p, excess, share, moves, root3, root4 = mem, 0.0, 0.0, 0.0, 1.0, 1.0
+        if wall:  # mu = log(mem^P + comp^P − A^P)/P, comp = A/h3; moves = comp^P/L^P/h4
             d3 = 1.0 - r * slope
             root3 = math.sqrt(d3 * d3 + w4)
             inv_h3 = _inverse_headroom(d3, root3, half_inv_w2)
-            comp = intercept * inv_h3
-            latency2 += (comp - intercept) * (comp + intercept)
-            excess = 1.0 - mem * mem / latency2
-            share = comp * comp / latency2
+            comp_p = (intercept * inv_h3) ** cp
+            mem_p = mem**cp
+            latency_p = mem_p + (comp_p - intercept_p)
+            excess = 1.0 - mem_p / latency_p
+            share = comp_p / latency_p
             d4 = 1.0 - r * cc3  # the batch's headroom at the wall
             root4 = math.sqrt(d4 * d4 + w4)
             moves = share * _inverse_headroom(d4, root4, half_inv_w2)
         var = sigma2 + se_rel[i] * se_rel[i] + wall2 * moves * moves
-        e = y[i] - 0.5 * math.log(latency2) - shift * sync[i]
+        e = y[i] - inv_p * math.log(latency_p) - shift * sync[i]
         inv_var = 1.0 / var
         z2 = e * e * inv_var
         den = nu + z2
@@ -155,13 +161,13 @@ def _kernel(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sy
         g_shift += d_mu * sync[i]
         # with respect to log mem, log A and -log h3 (d_moves: to log moves)
         d_moves = 2.0 * wall2 * moves * d_var * moves
-        g_mem = (1.0 - excess) * (d_mu - 2.0 * d_moves)
+        g_mem = (1.0 - excess) * (d_mu - cp * d_moves)
         a1 += g_mem
         a2 += g_mem * r / root2
         if wall:
             sum_moved += moves * moves * d_var
-            g_a = excess * d_mu + 2.0 * (1.0 - excess) * d_moves
-            g_h = share * d_mu + (2.0 - 2.0 * share) * d_moves
+            g_a = excess * d_mu + cp * (1.0 - excess) * d_moves
+            g_h = share * d_mu + cp * (1.0 - share) * d_moves
             t = r * cc3 / root3
             a3 += g_a + g_h * (1.0 - cq) * t + d_moves * r * cc3 / root4
             aq += g_a - g_h * cq * t
@@ -192,8 +198,9 @@ def _op_class():
         """The rows' Student-t log density without its constant (a scalar) and its gradient,
         as outputs of one node: inputs the per-curve ``C1``, ``C2`` (and ``C3``, ``Q`` with
         the ``wall``), ``sigma``, ``sigma_wall`` (with the wall), ``nu``, ``shift``, then the
-        data ``idx``, ``rps``, ``y``, ``se_rel``, ``sync`` (no gradient); ``width`` is the
-        saturation barrier's (:data:`~bayeslat.models.base.BARRIER_WIDTH`)."""
+        data ``idx``, ``rps``, ``y``, ``se_rel``, ``sync`` (and the per-curve ``P`` with the
+        wall; no gradient); ``width`` is the saturation barrier's
+        (:data:`~bayeslat.models.base.BARRIER_WIDTH`)."""
 
         __props__ = ("wall", "width")
 
@@ -235,14 +242,15 @@ def _op_class():
 
 
 def _full(wall: bool, inputs):
-    """The kernel's arguments from an Op's inputs: without the wall, ``c3``, ``q`` stand in
-    as ``c1`` (unread) and ``sigma_wall`` as 0."""
+    """The kernel's arguments from an Op's inputs: without the wall, ``c3``, ``q`` and the
+    power stand in as ``c1`` (unread) and ``sigma_wall`` as 0."""
     inputs = [np.asarray(x) for x in inputs]
     if wall:
         c1, c2, c3, q, sigma, sigma_wall, nu, shift, *data = inputs
     else:
         c1, c2, sigma, nu, shift, *data = inputs
         c3, q, sigma_wall = c1, c1, np.zeros(())
+        data.append(c1)
     return (c1, c2, c3, q, float(sigma), float(sigma_wall), float(nu), float(shift),
             *data, wall)
 
@@ -281,10 +289,11 @@ def _numba_impl(wall: bool, width: float):
     """The Op as a numba function of its inputs (scalars as 0-d arrays), outputs as arrays."""
     if wall:
         @numba.njit
-        def fused(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync):
+        def fused(c1, c2, c3, q, sigma, sigma_wall, nu, shift, idx, rps, y, se_rel, sync,
+                  power):
             total, g1, g2, g3, gq, gs, gw, gn, gh = _kernel(
                 c1, c2, c3, q, sigma.item(), sigma_wall.item(), nu.item(), shift.item(), idx,
-                rps, y, se_rel, sync, True, width, BATCH_CAP)
+                rps, y, se_rel, sync, power, True, width, BATCH_CAP)
             return (np.asarray(total), g1, g2, g3, gq, np.asarray(gs), np.asarray(gw),
                     np.asarray(gn), np.asarray(gh))
     else:
@@ -292,7 +301,7 @@ def _numba_impl(wall: bool, width: float):
         def fused(c1, c2, sigma, nu, shift, idx, rps, y, se_rel, sync):
             total, g1, g2, g3, gq, gs, gw, gn, gh = _kernel(
                 c1, c2, c1, c1, sigma.item(), 0.0, nu.item(), shift.item(), idx, rps, y,
-                se_rel, sync, False, width, BATCH_CAP)
+                se_rel, sync, c1, False, width, BATCH_CAP)
             return np.asarray(total), g1, g2, np.asarray(gs), np.asarray(gn), np.asarray(gh)
     return fused
 
@@ -303,7 +312,8 @@ def row_student_t(parts: dict, sigma, nu, shift, sigma_wall, data: dict, width: 
     Parameters
     ----------
     parts
-        Per-curve tensors ``C1``, ``C2`` (and ``C3``, ``Q`` for the variants with the wall).
+        Per-curve tensors ``C1``, ``C2`` (and ``C3``, ``Q`` and the norm's power ``P``, data,
+        for the variants with the wall).
     sigma, nu, shift, sigma_wall
         Scalar tensors (``shift`` 0 and ``sigma_wall`` None where the model has none).
     data
@@ -320,6 +330,8 @@ def row_student_t(parts: dict, sigma, nu, shift, sigma_wall, data: dict, width: 
     inputs = [pt.as_tensor_variable(parts[n], dtype="float64") for n in names]
     inputs += [pt.as_tensor_variable(s, dtype="float64") for s in scalars]
     inputs += [pt.as_tensor_variable(data[n]) for n in ("idx", "rps", "y", "se_rel", "sync")]
+    if wall:
+        inputs.append(pt.as_tensor_variable(parts["P"], dtype="float64"))
     total = op(wall, width)(*inputs)[0]
     n = pt.as_tensor_variable(data["rps"]).shape[0]
     const = (pt.gammaln((nu + 1.0) / 2.0) - pt.gammaln(nu / 2.0) - 0.5 * pt.log(nu * np.pi))
