@@ -18,8 +18,8 @@ from bayeslat.data import schema
 from bayeslat.errors import FitError, InputError, NumericalError
 from bayeslat.models import VARIANTS, get, sampling
 from bayeslat.models.base import BARRIER_WIDTH, log_headroom, prepare, psis_loo
-from bayeslat.models.capacity import Q_FLOOR, TAU_Q, _compute_start, queue_shift
-from bayeslat.models.start import MAX_LOAD, cycles_of, group_coefficients, group_fit
+from bayeslat.models.capacity import Q_FLOOR, TAU_Q, _compute_start, queue_shift, read_laws
+from bayeslat.models.start import MAX_LOAD, cycles_of, group_coefficients, group_fit, intercept
 from bayeslat.scaling import ScalingConfig
 
 
@@ -261,8 +261,8 @@ def test_capacitys_compute_laws_are_sampled_in_law_coordinates():
 
 def test_group_fit_recovers_the_compute_curves_intercept_law():
     """start.group_fit with the walls: the six coefficients and the intercept's law
-    ``A = g/E·(a_v + k·a_d)`` of curves drawn from the capacity form itself (1% noise, one
-    outlier the robust loss ignores)."""
+    ``A = g/E·(a_v + k·a_d)``, ``g·a_b`` for the baseline, of curves drawn from the capacity
+    form itself (1% noise, one outlier the robust loss ignores)."""
     rng = np.random.default_rng(0)
     theta = dict(c1p=0.2, c1v=0.004, c1d=0.001, c2p=0.002, c2v=0.0001, c2d=0.00005)
     a_v, a_d = 0.003, 0.001
@@ -284,10 +284,24 @@ def test_group_fit_recovers_the_compute_curves_intercept_law():
     rows = pd.DataFrame(rows)
     rows.loc[13, "latency_mean"] *= 1.5
     out = group_fit(rows, pd.Index(["d"]), rows["c3"].to_numpy(), loss="soft_l1")
-    # each configuration's intercept (a_v and a_d apart only through two ks: they trade)
+    # each configuration's intercept (a_v and a_d apart only through two ks: they trade);
+    # the baseline's a_b is its own, here drawn equal to a_v
     k = np.array([k for _, k in configs])
-    assert out[-2] + k * out[-1] == pytest.approx(a_v + k * a_d, rel=0.1)
+    assert intercept(out[-3:], k) == pytest.approx(a_v + k * a_d, rel=0.1)
     assert out[0] == pytest.approx(theta["c1p"], rel=0.1)
+
+
+def test_a_fit_from_before_the_baselines_own_intercept_reads_as_it_was_fitted():
+    """Fits saved before the stage-1 law had a baseline term (``log_a_b``) stored two terms;
+    their baselines' intercept was ``a_v``'s, and a new baseline predicted from them still is."""
+    old = pd.DataFrame({"log_a_v": [-7.0, -8.0], "log_a_d": [-9.0, -9.5]}, index=["g1", "g2"])
+    laws = read_laws(old.to_json())
+    assert list(laws.columns) == ["log_a_v", "log_a_d", "log_a_b"]
+    np.testing.assert_array_equal(laws["log_a_b"], old["log_a_v"])
+    new = laws.assign(log_a_b=[-6.0, -6.5])
+    pd.testing.assert_frame_equal(read_laws(new.to_json()), new)
+    assert intercept(np.exp(laws.loc["g1"]), [0, 2]) == pytest.approx(
+        np.exp(-7.0) + np.array([0.0, 2 * np.exp(-9.0)]))
 
 
 def test_the_compute_curves_intercept_stays_below_the_memory_curves_on_the_example():
@@ -303,8 +317,8 @@ def test_the_compute_curves_intercept_stays_below_the_memory_curves_on_the_examp
         one = rows.iloc[mine]
         drafts = pd.Index(pd.unique(one.loc[one["k"] > 0, "drafter"]))
         theta = group_fit(one, drafts, walls[mine], loss="soft_l1")
-        c1, _ = group_coefficients(theta[:-2], one, drafts)
-        a = cycles_of(one) * (theta[-2] + one["k"].to_numpy(float) * theta[-1])
+        c1, _ = group_coefficients(theta[:-3], one, drafts)
+        a = cycles_of(one) * intercept(theta[-3:], one["k"])
         assert (a < c1).all(), (group, float((a / c1).max()))
 
 
@@ -483,7 +497,7 @@ def test_a_new_workload_takes_its_servers_measured_intercepts():
     laws = model._laws.copy()
     big = laws.index.str.startswith("llama-70b")
     assert big.sum() == 2
-    laws.loc[big, "log_a_v"] = np.log([4e-4, 1e-9])
+    laws.loc[big, "log_a_v"] = laws.loc[big, "log_a_b"] = np.log([4e-4, 1e-9])
     laws.loc[big, "log_a_d"] = np.log([3e-4, 5e-4])
     model._laws = laws
     rows = prepare(model.table[model.table["verifier"] == "llama-70b"].drop_duplicates("k")

@@ -51,8 +51,9 @@ last two are fixed (:attr:`CapacityModel.fixed_spread`). The walls' spread
 funnelled where a sweep's walls all lie near their law.
 :math:`\hat Q_c` is an empirical-Bayes centre (:meth:`CapacityModel.queue_factors`): the
 group's six coefficients and a law of its compute curve's intercept, ``A = g/E·(a_v + k·a_d)``
-(a verify step's arithmetic that does not grow with the batch, and each drafted token's), by
-robust least squares, each wall at its measured ceiling, then ``Q̂_c = A_c/(B_max·C3_c)``,
+(a verify step's arithmetic that does not grow with the batch, and each drafted token's;
+``A = g·a_b`` for the baseline, whose bend is more its prompts' arithmetic), by robust least
+squares, each wall at its measured ceiling, then ``Q̂_c = A_c/(B_max·C3_c)``,
 floored at :data:`Q_FLOOR`. Sampled as a free population instead, ``Q`` and the group's memory
 term ``c2p`` traded its load growth between two modes. A configuration never measured is
 centred on its group's law with its own wall, or, for a group never measured, on the geometric
@@ -162,6 +163,9 @@ QUEUE_AT = 0.9
 # A configuration's parts: the paper's, the compute wall's, and the power of the norm that joins
 # the two curves (theory.soft_power: a function of k, not sampled).
 WALL_PARTS = ("C1", "C2", "C3", "Q", "P")
+# The stage-1 law of the compute curve's intercept per verify cycle: a verify step's, a drafted
+# token's, and the baseline's (models.start.intercept), as logs.
+LAW_TERMS = ("log_a_v", "log_a_d", "log_a_b")
 # Spread of log Q between the configurations of a group (with the queue's form before it, the
 # example's per-configuration posterior medians scattered by 0.24-0.67 within a group).
 TAU_Q = 0.5
@@ -216,6 +220,16 @@ def queue_shift(log_c3, log_rate):
 
     a = pt.minimum(log_c3 + log_rate, -1e-9)
     return log_c3 + a - pt.log1mexp(a)
+
+
+def read_laws(text: str) -> pd.DataFrame:
+    """The stage-1 intercept laws stored with a fit (JSON, a row per group, the columns
+    :data:`LAW_TERMS`); a fit from before the baseline's own term gives its baselines
+    ``a_v``, the law they had then."""
+    laws = pd.read_json(io.StringIO(text))
+    if "log_a_b" not in laws:
+        laws["log_a_b"] = laws["log_a_v"]
+    return laws[list(LAW_TERMS)]
 
 
 def log_odds(log_share):
@@ -377,7 +391,7 @@ class CapacityModel(HierarchicalModel):
             model._queue_factors, model._config_shares = (
                 pd.Series(json.loads(attrs[name]), dtype=float)
                 for name in ("queue_factors", "config_shares"))
-            model._laws = pd.read_json(io.StringIO(attrs["intercept_laws"]))
+            model._laws = read_laws(attrs["intercept_laws"])
         return model
 
     def wall_spread(self, tau):
@@ -397,11 +411,12 @@ class CapacityModel(HierarchicalModel):
     def queue_factors(self) -> pd.Series:
         """Each fitted group's stage-1 log share ``Q``, the geometric mean of its
         configurations' (:meth:`config_shares`): its six coefficients and the law of its
-        compute curve's intercept, ``A = g/E·(a_v + k·a_d)``, by robust least squares over its
-        unsaturated rows (:func:`~bayeslat.models.start.group_fit`, each configuration's wall
-        at its start, :func:`_compute_start`), each configuration's ``Q = A/(B_max·C3)``
-        floored at :data:`Q_FLOOR`; :data:`Q_START` where the fit fails. Computed once per
-        model; a new configuration of a fitted group is centred on its group's."""
+        compute curve's intercept, ``A = g/E·(a_v + k·a_d)`` (``g·a_b`` at ``k = 0``), by
+        robust least squares over its unsaturated rows
+        (:func:`~bayeslat.models.start.group_fit`, each configuration's wall at its start,
+        :func:`_compute_start`), each configuration's ``Q = A/(B_max·C3)`` floored at
+        :data:`Q_FLOOR`; :data:`Q_START` where the fit fails. Computed once per model; a new
+        configuration of a fitted group is centred on its group's."""
         if getattr(self, "_queue_factors", None) is None:
             rows = self.rows
             c3 = _compute_start(self).to_numpy()[pd.factorize(rows["config"])[0]]
@@ -413,24 +428,25 @@ class CapacityModel(HierarchicalModel):
                 if theta is None:
                     out[group] = Q_START
                     continue
-                laws[group] = np.log(theta[-2:])
-                q = pd.Series(st.cycles_of(one) * (theta[-2] + one["k"].to_numpy(float) * theta[-1])
+                laws[group] = np.log(theta[-3:])
+                q = pd.Series(st.cycles_of(one) * st.intercept(theta[-3:], one["k"])
                               / (theory.BATCH_CAP * c3[mine]), index=one["config"].to_numpy())
                 q = q.groupby(level=0).first()
                 shares[q.index] = q.to_numpy()
                 out[group] = float(np.exp(np.log(q).mean()))
             self._queue_factors = np.log(np.maximum(pd.Series(out), Q_FLOOR))
-            self._laws = pd.DataFrame(laws, index=["log_a_v", "log_a_d"]).T
+            self._laws = pd.DataFrame(laws, index=list(LAW_TERMS)).T
             self._config_shares = np.log(np.clip(shares.fillna(Q_START), Q_FLOOR, Q_CAP))
         return self._queue_factors
 
     def new_shares(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """The log intercept ``log A = log(g/E·(a_v + k·a_d))`` of the compute curve for each
-        of ``rows`` (configurations never measured), from its group's stage-1 law where that
-        group was fitted, else the geometric mean of its server's fitted groups' terms ``a_v``
-        and ``a_d`` that their curves measure (at least :data:`A_FLOOR`), else of every
-        group's; and the spread ``log Q`` gets around ``log A − log(B·C3)``: ``TAU_Q``, with the
-        larger spread of the terms it averaged added (1 for a term of fewer than two).
+        """The log intercept ``log A = log(g/E·(a_v + k·a_d))`` (``g·a_b`` at ``k = 0``) of the
+        compute curve for each of ``rows`` (configurations never measured), from its group's
+        stage-1 law where that group was fitted, else the geometric mean of its server's
+        fitted groups' terms ``a_v``, ``a_d`` and ``a_b`` that their curves measure (at least
+        :data:`A_FLOOR`), else of every group's; and the spread ``log Q`` gets around
+        ``log A − log(B·C3)``: ``TAU_Q``, with the larger spread of the terms it averaged
+        added (1 for a term of fewer than two).
         With every term averaged, the 70B's unidentified ones (~1e-9 s) put the spread of a
         new workload's ``log Q`` near 6, its latency's upper quantiles near the wall in most
         draws, and the risk-aware choice at no SD where SD was 3-5 times faster
@@ -442,21 +458,18 @@ class CapacityModel(HierarchicalModel):
         fitted = self.rows.drop_duplicates("group").set_index("group")
         server = schema.server_labels(fitted).reindex(laws.index)
         measured = laws.where(laws >= np.log(A_FLOOR))
-        log_a_v, log_a_d, tau = (np.empty(len(rows)) for _ in range(3))
+        terms, tau = np.empty((len(rows), len(LAW_TERMS))), np.empty(len(rows))
         for i, (group, srv) in enumerate(zip(rows["group"], schema.server_labels(rows),
                                              strict=True)):
             if group in laws.index:
-                (log_a_v[i], log_a_d[i]), tau[i] = laws.loc[group], TAU_Q
+                terms[i], tau[i] = laws.loc[group].to_numpy(), TAU_Q
                 continue
             # the server's measured intercepts, each term on its own (a group whose curves do
             # not bend leaves its a_v or a_d at ~1e-9 s, unidentified, not small)
             pool = measured[(server == srv).to_numpy()]
-            (log_a_v[i], log_a_d[i]) = pool.mean().fillna(measured.mean()).fillna(
-                np.log(A_FLOOR)).to_numpy()
+            terms[i] = pool.mean().fillna(measured.mean()).fillna(np.log(A_FLOOR)).to_numpy()
             tau[i] = np.hypot(TAU_Q, pool.std(ddof=0).where(pool.count() > 1, 1.0).max())
-        k = rows["k"].to_numpy(float)
-        log_a = np.log(st.cycles_of(rows)) + np.logaddexp(
-            log_a_v, np.log(np.maximum(k, 1e-300)) + log_a_d)
+        log_a = np.log(st.cycles_of(rows) * st.intercept(np.exp(terms.T), rows["k"]))
         return log_a - np.log(theory.BATCH_CAP), tau
 
     def config_shares(self) -> np.ndarray:

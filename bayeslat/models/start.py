@@ -138,6 +138,14 @@ def group_coefficients(theta: np.ndarray, rows: pd.DataFrame, drafts: pd.Index):
                                          alpha, k, rows["decode_tokens"].to_numpy(float))
 
 
+def intercept(terms, k) -> np.ndarray:
+    """The compute curve's intercept per verify cycle of configurations with draft lengths
+    ``k``: ``a_v + k·a_d``, and ``a_b`` for the baseline (``terms = (a_v, a_d, a_b)``)."""
+    a_v, a_d, a_b = terms
+    k = np.asarray(k, float)
+    return np.where(k == 0, a_b, a_v + k * a_d)
+
+
 # Shares Q from which group_fit starts the compute curve's intercept.
 QUEUE_STARTS = (0.01, 0.05, 0.2)
 
@@ -160,15 +168,16 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, c3: np.ndarray | None = None
         Optional: each row's wall ``C3`` (s per request, the compute time of a request at a
         full batch). The curve is then the capacity variants' (:func:`bayeslat.theory.latency`)
         with the compute curve's intercept ``A = g/E·(a_v + k·a_d)``, a verify step's and a
-        drafted token's share of it per cycle, and ``Q = A/(B_max·C3)``; ``a_v`` and ``a_d``
-        are fitted too, appended to the result.
+        drafted token's share of it per cycle, ``A = g·a_b`` for the baseline (``k = 0``),
+        and ``Q = A/(B_max·C3)``; ``a_v``, ``a_d`` and ``a_b`` are fitted too, appended to
+        the result (``a_b = a_v`` for a group without baseline rows).
     loss
         SciPy's ``least_squares`` loss (``"soft_l1"``: robust to a few outliers).
 
     Returns
     -------
-    ``c1p, c1v, c2p, c2v``, then ``c1d, c2d`` per drafter (and ``a_v, a_d`` with ``c3``);
-    None where least squares fails.
+    ``c1p, c1v, c2p, c2v``, then ``c1d, c2d`` per drafter (and ``a_v, a_d, a_b`` with
+    ``c3``); None where least squares fails.
     """
     from scipy.optimize import least_squares
 
@@ -186,6 +195,7 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, c3: np.ndarray | None = None
     y, rps = np.log(rows["latency_mean"].to_numpy(float)), rows["rps"].to_numpy(float)
     n = len(theta0)
     row_k, row_cycles = rows["k"].to_numpy(float), cycles_of(rows)
+    baseline = row_k == 0
 
     def residual(log_theta, power):
         c1, c2 = group_coefficients(np.exp(log_theta[:n]), rows, drafts)
@@ -193,8 +203,8 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, c3: np.ndarray | None = None
         log_room = np.where(room > BARRIER_WIDTH, np.log(np.maximum(room, BARRIER_WIDTH)),
                             np.log(BARRIER_WIDTH) + (room - BARRIER_WIDTH) / BARRIER_WIDTH)
         log_l = np.log(c1) - log_room
-        if c3 is not None:  # L^P = L_m^P + L_c^P − A^P, A = g/E·(a_v + k·a_d)
-            a = row_cycles * (np.exp(log_theta[n]) + row_k * np.exp(log_theta[n + 1]))
+        if c3 is not None:  # L^P = L_m^P + L_c^P − A^P, A = g/E·(a_v + k·a_d), g·a_b at k = 0
+            a = row_cycles * intercept(np.exp(log_theta[n:n + 3]), row_k)
             q = np.minimum(a / (theory.BATCH_CAP * c3), 0.999)
             comp = a / np.maximum(1.0 - (1.0 - q) * rps * c3, BARRIER_WIDTH)
             log_c = np.log(np.maximum(comp**power - a**power, 1e-300)) / power
@@ -215,13 +225,19 @@ def group_fit(rows: pd.DataFrame, drafts: pd.Index, c3: np.ndarray | None = None
     # a_v, a_d from a few shares Q: from one, the fit can slide to Q -> 0 (the compute curve
     # off, a local optimum) where another start finds the bend. The quadrature (P = 2) first,
     # then the norm's own powers from its best: started afresh, the 1B's p256 g128 group slid
-    # to a compute intercept 8 times its memory curve's (cost 0.44 against 0.022)
+    # to a compute intercept 8 times its memory curve's (cost 0.44 against 0.022). The
+    # baseline's own a_b: its bend is the prompts' arithmetic more than a verify step's, and
+    # a_v of the group's SD curves put its share Q 2.6 prior sds below what its own curve
+    # wanted, two modes that a top-rate fold could not mix (benchmarks/README.md, 43rd session)
     per_cycle = np.median(c3 / np.maximum(row_cycles, 1e-9)) * theory.BATCH_CAP
-    fits = [fit(np.log(np.append(theta0, [q * per_cycle, q * per_cycle / 4])), 2.0)
-            for q in QUEUE_STARTS]
+    fits = [fit(np.log(np.append(theta0, [q * per_cycle, q * per_cycle / 4, q * per_cycle])),
+                2.0) for q in QUEUE_STARTS]
     fits = [f for f in fits if f is not None]
     if not fits:
         return None
     first = min(fits, key=lambda f: f.cost)
     best = fit(first.x, theory.soft_power(row_k))
-    return np.exp((first if best is None else best).x)
+    out = np.exp((first if best is None else best).x)
+    if not baseline.any():
+        out[-1] = out[-3]
+    return out
