@@ -90,6 +90,9 @@ __all__ = [
     "compute_coefficient",
     "mean_context",
     "latency",
+    "roofline_latency",
+    "roofline_capacity",
+    "roofline_throughput",
     "compute_latency",
     "soft_power",
     "evenly_spaced",
@@ -375,6 +378,181 @@ def staircase_offset(smooth, rps, stall, dim: str):
         warnings.simplefilter("ignore", RuntimeWarning)  # a configuration without rates
         mean = dev.where(np.isfinite(dev)).mean(dim, skipna=True)
     return -mean.fillna(0.0)
+
+
+# Arrival processes of the mean-field roofline form (roofline_latency): how many prompts join
+# a step.
+ARRIVALS = ("constant", "poisson")
+
+
+def _prompt_excess(x, slope_x, m, slope_m, prefill, arrivals):
+    """``E[(x + m'·p)^+]`` over the prompts ``m'`` that join a step (mean ``m``) and its
+    derivative along ``L``, given ``x`` and ``m`` and their derivatives ``slope_x``,
+    ``slope_m`` along ``L``: evenly spaced arrivals bring ``floor(m)`` or ``floor(m) + 1``
+    prompts (in the proportions that make their mean ``m``), Poisson ones a Poisson count."""
+    if arrivals == "constant":
+        lo = np.floor(m)
+        w = m - lo
+        below, above = x + lo * prefill, x + (lo + 1.0) * prefill
+        value = (1.0 - w) * np.maximum(below, 0.0) + w * np.maximum(above, 0.0)
+        slope = (((1.0 - w) * (below > 0) + w * (above > 0)) * slope_x
+                 + (np.maximum(above, 0.0) - np.maximum(below, 0.0)) * slope_m)
+        return value, slope
+    from scipy.special import gammaln
+
+    top = float(np.max(m, initial=0.0))
+    j = np.arange(int(np.ceil(top + 10.0 * np.sqrt(top) + 12.0)) + 1, dtype=float)
+    mm = m[..., None]
+    with np.errstate(divide="ignore"):
+        weight = np.exp(j * np.log(mm) - mm - gammaln(j + 1.0))
+    weight = np.where(mm > 0, weight, j == 0)
+    tokens = x[..., None] + j * prefill[..., None]
+    excess = np.maximum(tokens, 0.0)
+    # d/dμ E[φ(m')] = E[φ(m' + 1) − φ(m')] for a Poisson count m' of mean μ
+    step = np.maximum(tokens + prefill[..., None], 0.0) - excess
+    value = (weight * excess).sum(-1)
+    slope = (weight * (tokens > 0)).sum(-1) * slope_x + (weight * step).sum(-1) * slope_m
+    return value, slope
+
+
+def _on_arrays(func, args, **kwargs):
+    """``func(*args, **kwargs)`` on float NumPy arrays broadcast together, or through
+    ``xr.apply_ufunc`` where any argument is a DataArray (its dims kept)."""
+    if any(isinstance(a, xr.DataArray) for a in args):
+        return xr.apply_ufunc(lambda *a: func(*a, **kwargs), *args)
+    return func(*np.broadcast_arrays(*(np.asarray(a, float) for a in args)), **kwargs)
+
+
+def _right_side(batch, prompts, d_batch, d_prompts, c1, c2, f, knee, cycles, k, prefill, f_d,
+                knee_d, arrivals):
+    """The roofline form's right side ``F`` (:func:`roofline_latency`) at ``batch`` running
+    requests and a mean of ``prompts`` joining each step, and its derivative along ``L``
+    given theirs (``d_batch``, ``d_prompts``)."""
+    verify, d_verify = _prompt_excess(batch * (k + 1.0) - knee, d_batch * (k + 1.0), prompts,
+                                      d_prompts, prefill, arrivals)
+    draft, d_draft = _prompt_excess(batch - knee_d, d_batch, prompts, d_prompts, prefill,
+                                    arrivals)
+    return (c1 + c2 * batch + cycles * (f * verify + f_d * draft),
+            c2 * d_batch + cycles * (f * d_verify + f_d * d_draft))
+
+
+def roofline_latency(rps, c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=None,
+                     arrivals="constant", batch_cap=BATCH_CAP, iterations=200):
+    r"""Mean request latency (s) of a server whose every step is its roofline: a mean-field
+    form of the capacity regime (DESIGN.md §2a), derived from how the engine steps.
+
+    A verify step of ``B`` decoding requests carries ``B(k+1)`` tokens and the prompts that
+    arrived since the last step, ``m`` of ``p`` tokens each. Reading the weights takes as long
+    as the arithmetic on ``T*`` tokens (the roofline's knee), so the step costs the memory-bound
+    time (the paper's line: ``C1 + C2·B`` over a request's ``n`` steps) plus ``f`` seconds for
+    each token past the knee; the drafter's first pass, which also sees the prompts, likewise
+    past its own knee ``T*_d`` at ``f_d`` a token. A request takes ``n = g/E`` steps, during
+    which ``B = rps·L`` others run (Little's law) and ``rps·L/n`` prompts join each step:
+
+    .. math::
+        L = C_1 + C_2 B + n\,\mathrm{E}_m\bigl[f\,(B(k+1) + m\,p - T^*)^+
+            + f_d\,(B + m\,p - T^*_d)^+\bigr],
+        \qquad B = \mathrm{rps}\,L, \quad \bar m = \mathrm{rps}\,L/n,
+
+    the expectation over the prompts ``m`` a step carries: ``floor(m̄)`` or ``floor(m̄) + 1``
+    for evenly spaced arrivals (GuideLLM's constant rate), Poisson for Poisson ones. ``L`` is
+    the smallest root (Newton's method from ``C1``: the right side is convex in ``L``). With
+    ``f = f_d = 0`` it is the paper's :math:`C_1/(1 - \mathrm{rps}\,C_2)`; below the knee the
+    prompts cost nothing, so the curve bends where a step's tokens first pass ``T*`` (short
+    drafts at large batches, long drafts early) and becomes the compute-bound line past it.
+    With the engine simulator's own ``f`` and knees, and ``C1``, ``C2`` fitted to its steady
+    state below 55% of its ceiling, it predicts that steady state at 80% and 90% of the ceiling
+    within 3.5% (Llama-8B on an H100, ``k`` = 0, 1, 2, 6; the paper's curve fitted to the same
+    points falls 10–50% short) and the full batch's rate within 2.5% of the throughput
+    benchmark's (:func:`roofline_throughput`; ``tests/test_simulate_theory.py``). Not yet a
+    model variant: benchmarks/README.md, forty-fourth session.
+
+    Parameters
+    ----------
+    rps
+        Arrival rate (req/s).
+    c1, c2
+        The memory-bound line: latency at zero load (s) and its growth per running request (s).
+    f, knee
+        Compute time per token past the verifier's knee (s) and the knee (tokens per step).
+    cycles, k, prefill
+        Verify steps per request ``n = g/E`` (:func:`verify_cycles`), draft length and prompt
+        tokens.
+    f_d, knee_d
+        The drafter's first pass: compute time per token past its knee and the knee (default
+        the verifier's); ``f_d = 0`` for the baseline.
+    arrivals
+        ``"constant"`` or ``"poisson"`` (:data:`ARRIVALS`).
+    batch_cap
+        Most requests that run at once: past it requests queue (``inf``).
+
+    Returns
+    -------
+    The latency (s), ``inf`` where no steady state exists (the right side grows faster than
+    ``L``, or the batch would pass ``batch_cap``). NumPy arrays broadcast; xarray inputs give a
+    DataArray with their dims.
+    """
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals must be one of {ARRIVALS}, got {arrivals!r}")
+    args = (rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee if knee_d is None else knee_d)
+    return _on_arrays(_newton, args, arrivals=arrivals, batch_cap=batch_cap,
+                      iterations=iterations)
+
+
+def _newton(rps, c1, *constants, arrivals, batch_cap, iterations):
+    """:func:`roofline_latency` on broadcast arrays: Newton's method from ``C1``."""
+    lat = c1.copy()
+    steady = np.isfinite(lat)
+    per_step = rps / constants[3]  # prompts a step per second of latency: rps/n
+    for _ in range(iterations):
+        side, slope = _right_side(rps * lat, per_step * lat, rps, per_step, c1, *constants,
+                                  arrivals)
+        gap, slope = side - lat, slope - 1.0
+        # from below a root the convex gap falls; where it no longer does, none is ahead
+        steady &= (slope < 0) | (gap <= 1e-12 * lat)
+        move = np.where(steady & (gap > 1e-12 * lat), -gap / np.where(slope < 0, slope, -1.0), 0)
+        lat = lat + move
+        if not move.any():
+            break
+    return np.where(steady & (rps * lat <= batch_cap), lat, np.inf)
+
+
+def roofline_throughput(c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=None,
+                        arrivals="constant", batch_cap=BATCH_CAP):
+    r"""The rate (req/s) at which a full batch completes requests in :func:`roofline_latency`'s
+    server, :math:`B_{\max}/F(B_{\max})`: ``F`` its fixed point's right side with the batch at
+    ``batch_cap`` and :math:`B_{\max}/n` prompts a step (a request joins as one leaves). What
+    a throughput benchmark, every request sent at once, measures; the steady state under
+    arrivals may end before it or after (:func:`roofline_capacity`)."""
+
+    def full(c1, *constants):
+        side, _ = _right_side(batch_cap, batch_cap / constants[3], 0.0, 0.0, c1, *constants,
+                              arrivals)
+        return batch_cap / side
+
+    return _on_arrays(full, (c1, c2, f, knee, cycles, k, prefill, f_d,
+                             knee if knee_d is None else knee_d))
+
+
+def roofline_capacity(c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=None,
+                      arrivals="constant", batch_cap=BATCH_CAP, iterations=60):
+    r"""The rate (req/s) up to which :func:`roofline_latency` has a steady state: where its
+    batch reaches ``batch_cap``, or earlier where its smallest root meets the next (the right
+    side, convex in ``L``, no longer comes down to ``L``). By bisection on the rate, below
+    ``batch_cap/C1`` (the batch of a request alone in the server); the steady state's
+    existence falls with the rate, since the right side grows with it at every ``L``."""
+
+    def bisect(c1, *constants):
+        lo, hi = np.zeros(c1.shape), batch_cap / c1
+        for _ in range(iterations):
+            mid = 0.5 * (lo + hi)
+            steady = np.isfinite(_newton(mid, c1, *constants, arrivals=arrivals,
+                                         batch_cap=batch_cap, iterations=200))
+            lo, hi = np.where(steady, mid, lo), np.where(steady, hi, mid)
+        return lo
+
+    return _on_arrays(bisect, (c1, c2, f, knee, cycles, k, prefill, f_d,
+                               knee if knee_d is None else knee_d))
 
 
 def capacity(c2, c3=0.0):
