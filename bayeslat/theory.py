@@ -400,12 +400,13 @@ def _prompt_excess(x, slope_x, m, slope_m, prefill, arrivals):
         return value, slope
     from scipy.special import gammaln
 
-    top = float(np.max(m, initial=0.0))
-    j = np.arange(int(np.ceil(top + 10.0 * np.sqrt(top) + 12.0)) + 1, dtype=float)
+    # the counts within 10 standard deviations and a dozen of the mean carry all the mass
+    half = int(np.ceil(10.0 * np.sqrt(float(np.max(m, initial=0.0))) + 12.0))
     mm = m[..., None]
-    with np.errstate(divide="ignore"):
-        weight = np.exp(j * np.log(mm) - mm - gammaln(j + 1.0))
-    weight = np.where(mm > 0, weight, j == 0)
+    j = np.floor(mm) + np.arange(-half, half + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = np.exp(j * np.log(mm) - mm - gammaln(np.maximum(j, 0.0) + 1.0))
+    weight = np.where(j < 0, 0.0, np.where(mm > 0, weight, j == 0))
     tokens = x[..., None] + j * prefill[..., None]
     excess = np.maximum(tokens, 0.0)
     # d/dμ E[φ(m')] = E[φ(m' + 1) − φ(m')] for a Poisson count m' of mean μ

@@ -178,8 +178,10 @@ def server_fold(members: list[dict], ceiling_weight: float, law: bool = False):
                                        arrivals=arrivals)
 
     def residual(theta):
-        lat = np.where(constant, latency(theta, row_of, rps, "constant"),
-                       latency(theta, row_of, rps, "poisson"))
+        lat = np.empty(len(rps))
+        for arrivals, mine in (("constant", constant), ("poisson", ~constant)):
+            if mine.any():
+                lat[mine] = latency(theta, row_of[mine], rps[mine], arrivals)
         res = np.log(lat) - y
         if ceiling_weight:
             c1, c2 = coefficients(theta)

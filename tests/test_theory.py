@@ -497,6 +497,9 @@ def test_random_prompts_cost_more_than_evenly_spaced_ones_and_dims_are_kept():
     assert (rising[np.isfinite(rising)] >= 0).all()
     with pytest.raises(ValueError, match="arrivals"):
         theory.roofline_latency(1.0, 0.5, 0.003, 2.7e-5, 221.0, 128, 0, 256, arrivals="burst")
+    # a mean of 1e5 prompts a step: the Poisson sum spans its own window, not every count
+    assert np.isinf(theory.roofline_latency(np.full(500, 2e5), 0.5, 0.0, 2.7e-5, 221.0, 1.0, 0,
+                                            256, arrivals="poisson", batch_cap=1e9)).all()
 
 
 @pytest.mark.parametrize("arrivals", theory.ARRIVALS)
