@@ -419,9 +419,12 @@ def _prompt_excess(x, slope_x, m, slope_m, prefill, arrivals):
 def _on_arrays(func, args, **kwargs):
     """``func(*args, **kwargs)`` on float NumPy arrays broadcast together, or through
     ``xr.apply_ufunc`` where any argument is a DataArray (its dims kept)."""
+    def on_numpy(*arrays):
+        return func(*np.broadcast_arrays(*(np.asarray(a, float) for a in arrays)), **kwargs)
+
     if any(isinstance(a, xr.DataArray) for a in args):
-        return xr.apply_ufunc(lambda *a: func(*a, **kwargs), *args)
-    return func(*np.broadcast_arrays(*(np.asarray(a, float) for a in args)), **kwargs)
+        return xr.apply_ufunc(on_numpy, *args)
+    return on_numpy(*args)
 
 
 def _right_side(batch, prompts, d_batch, d_prompts, c1, c2, f, knee, cycles, k, prefill, f_d,

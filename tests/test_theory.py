@@ -495,6 +495,8 @@ def test_random_prompts_cost_more_than_evenly_spaced_ones_and_dims_are_kept():
     assert (poisson.where(finite) > constant.where(finite) * 1.01).any()
     rising = np.diff(constant.values, axis=0)
     assert (rising[np.isfinite(rising)] >= 0).all()
+    for rate in (theory.roofline_throughput, theory.roofline_capacity):
+        assert rate(*args[1:]).dims == ("k",)
     with pytest.raises(ValueError, match="arrivals"):
         theory.roofline_latency(1.0, 0.5, 0.003, 2.7e-5, 221.0, 128, 0, 256, arrivals="burst")
     # a mean of 1e5 prompts a step: the Poisson sum spans its own window, not every count
