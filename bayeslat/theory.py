@@ -503,14 +503,15 @@ def roofline_latency(rps, c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=N
                       iterations=iterations)
 
 
-def _newton(rps, c1, *constants, arrivals, batch_cap, iterations):
+def _newton(rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee_d, *, arrivals, batch_cap,
+            iterations):
     """:func:`roofline_latency` on broadcast arrays: Newton's method from ``C1``."""
     lat = c1.copy()
     steady = np.isfinite(lat)
-    per_step = rps / constants[3]  # prompts a step per second of latency: rps/n
+    per_step = rps / cycles  # prompts a step per second of latency
     for _ in range(iterations):
-        side, slope = _right_side(rps * lat, per_step * lat, rps, per_step, c1, *constants,
-                                  arrivals)
+        side, slope = _right_side(rps * lat, per_step * lat, rps, per_step, c1, c2, f, knee,
+                                  cycles, k, prefill, f_d, knee_d, arrivals)
         gap, slope = side - lat, slope - 1.0
         # from below a root the convex gap falls; where it no longer does, none is ahead
         steady &= (slope < 0) | (gap <= 1e-12 * lat)
@@ -529,9 +530,9 @@ def roofline_throughput(c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=Non
     a throughput benchmark, every request sent at once, measures; the steady state under
     arrivals may end before it or after (:func:`roofline_capacity`)."""
 
-    def full(c1, *constants):
-        side, _ = _right_side(batch_cap, batch_cap / constants[3], 0.0, 0.0, c1, *constants,
-                              arrivals)
+    def full(c1, c2, f, knee, cycles, k, prefill, f_d, knee_d):
+        side, _ = _right_side(batch_cap, batch_cap / cycles, 0.0, 0.0, c1, c2, f, knee, cycles,
+                              k, prefill, f_d, knee_d, arrivals)
         return batch_cap / side
 
     return _on_arrays(full, (c1, c2, f, knee, cycles, k, prefill, f_d,
