@@ -124,7 +124,7 @@ import xarray as xr
 
 from bayeslat import theory
 from bayeslat.data import schema
-from bayeslat.errors import InputError
+from bayeslat.errors import FitError, InputError
 from bayeslat.models.base import capacity_terms, full_coefficients, prepare
 
 SAMPLE = "sample"
@@ -829,6 +829,18 @@ def default_loads(model, setup: pd.DataFrame, points: int = GRID_POINTS,
     return {label: np.linspace(0.0, float(value), points) for label, value in top.items()}
 
 
+def require_decisions(model) -> None:
+    """Raise :class:`FitError` for a fit whose variant :mod:`bayeslat.decide` cannot read
+    (``decides`` false: the ``roofline`` variant, whose latency is not the closed forms' of
+    :func:`bayeslat.theory.latency`), saying what to use instead."""
+    if not model.decides:
+        raise FitError(f"decisions from the {model.variant} variant are not built yet: its "
+                       "latency is the roofline form's, which decide, report and the "
+                       "headline do not read. Its fit predicts (bayeslat.load(...).predict) "
+                       "and checks its adequacy; to decide, fit the sweep with --model "
+                       "capacity (or auto)")
+
+
 def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0.05,
                quantile: float = 0.05, seed: int = 0,
                max_saturated: float = MAX_SATURATED) -> xr.Dataset:
@@ -863,6 +875,7 @@ def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0
     InputError
         For a setup whose measured group has no baseline rows (:func:`measured_loads`).
     """
+    require_decisions(model)
     rps = np.atleast_1d(np.asarray(rps, dtype=float))
     grid, rows, pred = _predict(model, setup, alpha, ks, rps if "C1" not in model.parts
                                 else None, seed)
@@ -983,6 +996,7 @@ def headline(model, seed: int = 0, max_draws: int | None = HEADLINE_DRAWS) -> pd
     (:func:`bayeslat.theory.break_even_rps`).
     For ``moe`` these are the full-coverage coefficients.
     """
+    require_decisions(model)
     rows = model.rows
     sd = rows[rows["k"] > 0].drop_duplicates("config").assign(rps=0.0)
     base = sd.assign(k=0, alpha=np.nan, method="none", drafter="none", drafter_params_b=0.0)

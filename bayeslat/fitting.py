@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bayeslat.data import schema
@@ -90,16 +91,29 @@ def spreads_line(model) -> str:
 
 def knees_line(model) -> str:
     """One line with each server's roofline knee of the prefill stall (median [90%], tokens)
-    where the fit has knees (the ``prefill_excess`` feature); empty where it has none."""
-    if "prefill_knee" not in getattr(model, "posterior", {}):
+    where the fit has knees (the ``prefill_excess`` feature), or with each server's roofline
+    (compute per token and knee) for the ``roofline`` variant; empty where it has none."""
+    post = getattr(model, "posterior", {})
+    if "log_knee" in post:
+        f, knee = (_quantiles(np.exp(post[name]), scale) for name, scale in
+                   (("log_f", 1e6), ("log_knee", 1.0)))
+        return ("roofline per server, compute a token past the knee (us) and knee (tokens), "
+                "median [90%]: " + "; ".join(f"{server} {f[server]}, {knee[server]}"
+                                            for server in f))
+    if "prefill_knee" not in post:
         return ""
-    knee = model.posterior["prefill_knee"]
-    q = knee.quantile([0.05, 0.5, 0.95], dim=("chain", "draw"))
-    parts = [f"{server} {q.sel(quantile=0.5, server=server):.0f} "
-             f"[{q.sel(quantile=0.05, server=server):.0f}, "
-             f"{q.sel(quantile=0.95, server=server):.0f}]"
-             for server in knee["server"].to_numpy()]
-    return "roofline knee of a prefill's stall, tokens (median [90%]): " + "; ".join(parts)
+    knee = _quantiles(post["prefill_knee"], 1.0)
+    return ("roofline knee of a prefill's stall, tokens (median [90%]): "
+            + "; ".join(f"{server} {text}" for server, text in knee.items()))
+
+
+def _quantiles(draws, scale: float) -> dict[str, str]:
+    """``median [5%, 95%]`` of per-server ``draws`` (times ``scale``, 3 digits), by server."""
+    q = draws.quantile([0.05, 0.5, 0.95], dim=("chain", "draw")) * scale
+    return {server: f"{q.sel(quantile=0.5, server=server):.3g} "
+                    f"[{q.sel(quantile=0.05, server=server):.3g}, "
+                    f"{q.sel(quantile=0.95, server=server):.3g}]"
+            for server in draws["server"].to_numpy()}
 
 
 # Fields of the diagnostics stored with a fit (posterior attr ``diagnostics``, JSON).

@@ -126,6 +126,14 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # sd of its log. The GPUs' FLOPs per byte put it near 200-300 for bf16 weights on an
     # H100 and 60-100 for fp8 on an H200; the example's fit: 274, 180 and 74.
     "prefill_knee": [150.0, 1.0],
+    # LogNormal prior of the roofline variant's compute time per token past the knee, per
+    # billion verifier parameters (s): median, sd of its log. 2e9 FLOPs a token over a GPU's
+    # dense 16-bit FLOP/s at the 60-70% a serving step reaches: ~3e-6 on an H100, ~1e-5 on an
+    # A100, ~1.5e-6 in fp8 on an H200.
+    "token_compute": [3e-6, 1.0],
+    # LogNormal prior of the roofline variant's knee (tokens a step at which the arithmetic
+    # takes as long as reading the weights): the GPUs' FLOPs per byte, ~100-300.
+    "roofline_knee": [150.0, 0.7],
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
     # Least spread of the capacity variants' walls around their group's compute time, in log

@@ -391,12 +391,13 @@ def _prompt_excess(x, slope_x, m, slope_m, prefill, arrivals):
     ``slope_m`` along ``L``: evenly spaced arrivals bring ``floor(m)`` or ``floor(m) + 1``
     prompts (in the proportions that make their mean ``m``), Poisson ones a Poisson count."""
     if arrivals == "constant":
-        lo = np.floor(m)
+        ops = _ops(x, m, prefill)  # tensors too: the roofline variant's ceilings
+        lo = ops.floor(m)
         w = m - lo
         below, above = x + lo * prefill, x + (lo + 1.0) * prefill
-        value = (1.0 - w) * np.maximum(below, 0.0) + w * np.maximum(above, 0.0)
+        value = (1.0 - w) * ops.maximum(below, 0.0) + w * ops.maximum(above, 0.0)
         slope = (((1.0 - w) * (below > 0) + w * (above > 0)) * slope_x
-                 + (np.maximum(above, 0.0) - np.maximum(below, 0.0)) * slope_m)
+                 + (ops.maximum(above, 0.0) - ops.maximum(below, 0.0)) * slope_m)
         return value, slope
     from scipy.special import gammaln
 
@@ -528,15 +529,18 @@ def roofline_throughput(c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=Non
     server, :math:`B_{\max}/F(B_{\max})`: ``F`` its fixed point's right side with the batch at
     ``batch_cap`` and :math:`B_{\max}/n` prompts a step (a request joins as one leaves). What
     a throughput benchmark, every request sent at once, measures; the steady state under
-    arrivals may end before it or after (:func:`roofline_capacity`)."""
+    arrivals may end before it or after (:func:`roofline_capacity`). Closed form: PyTensor
+    inputs give a tensor (evenly spaced arrivals only)."""
 
     def full(c1, c2, f, knee, cycles, k, prefill, f_d, knee_d):
         side, _ = _right_side(batch_cap, batch_cap / cycles, 0.0, 0.0, c1, c2, f, knee, cycles,
                               k, prefill, f_d, knee_d, arrivals)
         return batch_cap / side
 
-    return _on_arrays(full, (c1, c2, f, knee, cycles, k, prefill, f_d,
-                             knee if knee_d is None else knee_d))
+    args = (c1, c2, f, knee, cycles, k, prefill, f_d, knee if knee_d is None else knee_d)
+    if _is_tensor(*args):
+        return full(*args)
+    return _on_arrays(full, args)
 
 
 def roofline_capacity(c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=None,

@@ -63,6 +63,7 @@ class Fitted:
     prefill_stall = LatencyModel.prefill_stall
     evenly_spaced = LatencyModel.evenly_spaced
     constant_rates = LatencyModel.constant_rates
+    capacity = LatencyModel.capacity
     fitted = True
 
     @property

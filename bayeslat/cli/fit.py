@@ -23,9 +23,10 @@ def command(
                                        "the shipped example data/example/sweep.parquet."),
     model: str = typer.Option("auto", "--model",
                               help="Variant: dense, speculative, hierarchical, moe, or with the "
-                              "compute wall capacity or dense-capacity; auto: capacity where "
-                              "the sweep measured its ceilings (dense-capacity without SD "
-                              "rows), else hierarchical (dense)."),
+                              "compute wall capacity or dense-capacity; roofline (each "
+                              "server's roofline, experimental: decide does not read it yet); "
+                              "auto: capacity where the sweep measured its ceilings "
+                              "(dense-capacity without SD rows), else hierarchical (dense)."),
     draws: int | None = options.DRAWS,
     tune: int = options.TUNE,
     chains: int | None = options.CHAINS,
@@ -84,9 +85,10 @@ def command(
             status.update(f"writing {output}")
             result.save(output, overwrite=overwrite)
         status.update("summarising each configuration")
-        headline = result.headline(seed=seed)
+        decides = result.model.decides
+        headline = result.headline(seed=seed) if decides else None
         # a sweep without SD: what it says about the server instead
-        baselines = result.baselines(seed=seed) if headline.empty else None
+        baselines = result.baselines(seed=seed) if decides and headline.empty else None
     diag = result.diagnostics
     console.print(_diagnostics_table(diag, len(result.model.rows), len(result.model.excluded)))
     console.print(escape(fitting.sampler_line(result.idata)), highlight=False)
@@ -98,8 +100,14 @@ def command(
     console.print(_worst_table(check.worst(WORST_ROWS)))
     for message in check.warnings:
         console.print(f"[yellow]warning:[/] {escape(message)}")
-    console.print(_headline_table(headline) if baselines is None else
-                  _baseline_table(baselines))
+    if not decides:
+        console.print(f"[yellow]note:[/] decisions from the {result.model.variant} variant "
+                      "(speedup, RPS*, k*) are not built yet: decide and report refuse its fit; "
+                      "its predictions and the adequacy above stand")
+    elif baselines is None:
+        console.print(_headline_table(headline))
+    else:
+        console.print(_baseline_table(baselines))
     if result.model.excluded:
         shown = "; ".join(result.model.excluded[:3])
         more = len(result.model.excluded) - 3

@@ -8,6 +8,8 @@
 ``capacity``       hierarchical plus the compute wall near capacity, with the measured
                    ceilings as data
 ``dense-capacity`` dense plus the compute wall (per configuration; baseline-only sweeps)
+``roofline``       hierarchical plus each server's roofline (a compute time per token past
+                   a knee) in the mean-field form near capacity; the ceilings as data
 =================  =====================================================================
 
 The default, ``auto``, chooses one for the sweep (:func:`choose`): the compute wall's
@@ -23,7 +25,8 @@ from bayeslat.errors import InputError
 
 VARIANTS = {"dense": "DenseModel", "speculative": "SpeculativeModel",
             "hierarchical": "HierarchicalModel", "moe": "MoEModel",
-            "capacity": "CapacityModel", "dense-capacity": "DenseCapacityModel"}
+            "capacity": "CapacityModel", "dense-capacity": "DenseCapacityModel",
+            "roofline": "RooflineModel"}
 # Module of each variant (several variants can share one).
 MODULES = {"dense-capacity": "capacity"}
 # The default: a variant chosen for the sweep (:func:`choose`).

@@ -283,6 +283,9 @@ class LatencyModel:
     # Whether its rows' likelihood can be the fused kernel (bayeslat.models.likelihood): a mean
     # from C1, C2 (and C3, Q) as log_mean computes it; nutpie's exact fits sample it.
     fuses: ClassVar[bool] = True
+    # Whether bayeslat.decide reads its fits: its latency is theory.latency of its parts (C1,
+    # C2 and the compute wall's C3, Q, P), which decide's closed forms assume.
+    decides: ClassVar[bool] = True
     # Feature scales of the scaling laws per coefficient (none for the per-configuration ones).
     scales: dict = {}
 
@@ -538,8 +541,9 @@ class LatencyModel:
                              parts["C2"], *capacity_terms(parts))
         return lat.transpose("chain", "draw", "obs")
 
-    def capacity(self, parts: xr.Dataset) -> xr.DataArray:
-        """The model's saturation rate (req/s) from predicted parts: ``1/max(C2, C3)``."""
+    def capacity(self, parts: xr.Dataset, rows: pd.DataFrame) -> xr.DataArray:
+        """The model's saturation rate (req/s) from predicted parts of ``rows``:
+        ``1/max(C2, C3)``."""
         return theory.capacity(parts["C2"], parts.get("C3", 0.0))
 
     def ceiling_likelihood(self, parts: dict, curves: pd.DataFrame) -> None:
@@ -556,7 +560,13 @@ class LatencyModel:
             return
         idx = pm.Data("ceiling_idx", pd.Index(curves["config"]).get_indexer(
             self.ceilings["config"]), dims="ceiling")
-        log_cap = -pt.log(pt.maximum(parts["C2"], parts["C3"]))[idx]
+        self.observe_ceilings(-pt.log(pt.maximum(parts["C2"], parts["C3"]))[idx])
+
+    def observe_ceilings(self, log_cap) -> None:
+        """The measured ceilings' likelihood about the model's log capacity ``log_cap`` (a
+        tensor, dim ``ceiling``), its scale and shortfall (:meth:`ceiling_likelihood`)."""
+        import pymc as pm
+
         # Gamma(5, 5/mean) keeps well away from 0 (P(< mean/5) ≈ 0.0004): a sweep has one
         # ceiling per configuration, too few on a small sweep to pin a scale that could
         # otherwise collapse onto them (a funnel, and divergences); the floor keeps the walls
@@ -576,6 +586,11 @@ class LatencyModel:
         """Inputs per latency curve (configuration), each a ``pm.Data``."""
         return {"alpha": curves["alpha0"].to_numpy(float), "k": curves["k"].to_numpy(float),
                 "decode_tokens": curves["decode_tokens"].to_numpy(float)}
+
+    def row_inputs(self, rows: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Inputs per row beyond its rate, each a ``pm.Data`` (none but for the roofline's
+        arrivals)."""
+        return {}
 
     @property
     def summarises(self) -> bool:
@@ -644,7 +659,9 @@ class LatencyModel:
                     {"idx": idx, "rps": rps, "y": observed, "se_rel": se_rel, "sync": sync},
                     BARRIER_WIDTH))
                 return model
-            at_obs = {name: value[idx] for name, value in data.items()} | {"rps": rps}
+            at_obs = {name: value[idx] for name, value in data.items()} | {"rps": rps} | {
+                name: pm.Data(name, values, dims="obs")
+                for name, values in self.row_inputs(rows).items()}
             parts_obs = {name: value[idx] for name, value in parts.items()}
             mu = self.log_mean(parts_obs, at_obs)
             if "sync_shift" in model:
@@ -807,7 +824,7 @@ class LatencyModel:
                                                 compile_kwargs=fast_mode(self.idata))
             ds = pp.predictions[list(self.parts)]
         ds["latency"] = self.latency(ds, rows)
-        ds["capacity"] = self.capacity(ds).transpose("chain", "draw", "obs")
+        ds["capacity"] = self.capacity(ds, rows).transpose("chain", "draw", "obs")
         return ds.assign_coords(config=("obs", rows["config"].to_numpy()),
                                 rps=("obs", rows["rps"].to_numpy()))
 

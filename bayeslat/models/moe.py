@@ -85,7 +85,7 @@ class MoEModel(HierarchicalModel):
     def start(self):
         return super().start() | {"moe_share_c1": 0.3, "moe_share_c2": 0.3}
 
-    def capacity(self, parts):
+    def capacity(self, parts, rows):
         """Saturation rate (req/s) at full coverage, ``1/(C2u + C2s)``: a lower bound."""
         return theory.capacity(parts["C2u"] + parts["C2s"])
 
