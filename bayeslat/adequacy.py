@@ -234,7 +234,7 @@ def _predictive_points(model, parts: xr.Dataset, latency: xr.DataArray, rows: pd
         latency = xr.where(constant, model.evenly_spaced(parts, rows, latency, rps), latency)
     latency = latency * np.exp(model.protocol_shift(post, rows))
     se_rel = xr.DataArray(rows["se_rel"].to_numpy(float), dims="obs")
-    scale = np.sqrt(model.scatter(post, parts, rows["rps"]) ** 2 + se_rel**2)
+    scale = np.sqrt(model.scatter(post, parts, rows["rps"], rows) ** 2 + se_rel**2)
     return _points(rows, predictive_log_latency(latency, scale, post["nu"], seed))
 
 

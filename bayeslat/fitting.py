@@ -95,11 +95,12 @@ def knees_line(model) -> str:
     (compute per token and knee) for the ``roofline`` variant; empty where it has none."""
     post = getattr(model, "posterior", {})
     if "log_knee" in post:
-        f, knee = (_quantiles(np.exp(post[name]), scale) for name, scale in
-                   (("log_f", 1e6), ("log_knee", 1.0)))
-        return ("roofline per server, compute a token past the knee (us) and knee (tokens), "
-                "median [90%]: " + "; ".join(f"{server} {f[server]}, {knee[server]}"
-                                            for server in f))
+        f, knee, knee_d = (_quantiles(np.exp(post[name]), scale) for name, scale in
+                           (("log_f", 1e6), ("log_knee", 1.0), ("log_knee_d", 1.0)))
+        return ("roofline per server, compute a token past the knee (us), the verifier's and "
+                "the drafter's knee (tokens), median [90%]: "
+                + "; ".join(f"{server} {f[server]}, {knee[server]}, {knee_d[server]}"
+                            for server in f))
     if "prefill_knee" not in post:
         return ""
     knee = _quantiles(post["prefill_knee"], 1.0)

@@ -91,6 +91,7 @@ __all__ = [
     "mean_context",
     "latency",
     "roofline_latency",
+    "roofline_amplification",
     "roofline_capacity",
     "roofline_throughput",
     "compute_latency",
@@ -502,6 +503,30 @@ def roofline_latency(rps, c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=N
     args = (rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee if knee_d is None else knee_d)
     return _on_arrays(_newton, args, arrivals=arrivals, batch_cap=batch_cap,
                       iterations=iterations)
+
+
+def roofline_amplification(rps, c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=None,
+                           arrivals="constant", batch_cap=BATCH_CAP):
+    r"""How much more than in proportion :func:`roofline_latency` moves when every step's
+    cost does: :math:`A = S/(1 - S)`, ``S`` the fixed point's slope :math:`\partial F/\partial
+    L` at its root (a step's cost scaled by :math:`1 + \epsilon` moves :math:`\log L` by
+    :math:`\epsilon\,(1 + A)`). 0 at zero load, growing without bound as the steady state
+    ends (``inf`` past it): the ``roofline`` variant's scatter grows with it, as the
+    ``capacity`` variants' with :func:`wall_sensitivity`. Arguments as
+    :func:`roofline_latency`'s."""
+
+    def amplification(rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee_d):
+        lat = _newton(rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee_d,
+                      arrivals=arrivals, batch_cap=batch_cap, iterations=200)
+        steady = np.isfinite(lat)
+        at = np.where(steady, lat, c1)
+        _, slope = _right_side(rps * at, rps / cycles * at, rps, rps / cycles, c1, c2, f, knee,
+                               cycles, k, prefill, f_d, knee_d, arrivals)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(steady, slope / (1.0 - slope), np.inf)
+
+    return _on_arrays(amplification, (rps, c1, c2, f, knee, cycles, k, prefill, f_d,
+                                      knee if knee_d is None else knee_d))
 
 
 def _newton(rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee_d, *, arrivals, batch_cap,

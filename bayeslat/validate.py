@@ -577,7 +577,8 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
         Optional callable taking a one-line message about the current fold.
     decisions
         Also score each fold's decisions against the whole sweep's fit (one fit more, shared
-        with the ``loo`` check; :func:`decision_score`).
+        with the ``loo`` check; :func:`decision_score`), where :mod:`bayeslat.decide` reads
+        the variant's fits (not ``roofline``'s yet).
     sbc_fits
         Refits of the ``sbc`` check (:func:`bayeslat.calibration.run`; its own sampler
         settings).
@@ -594,6 +595,7 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     todo = check(table, variant, splits)
     config = config_of(variant, config)
     say = status or (lambda message: None)
+    decisions = decisions and get(variant).decides
 
     def fitted(rows: pd.DataFrame, log_likelihood: bool = False):
         model = get(variant)(rows.reset_index(drop=True), config)

@@ -3,6 +3,7 @@ graph, its ceilings and its predictions (structure with a mocked sampler; model-
 every variant are in test_models.py)."""
 
 import numpy as np
+import pandas as pd
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
@@ -13,7 +14,14 @@ from support.sweeps import table
 from bayeslat import theory
 from bayeslat.errors import FitError
 from bayeslat.models import get, sampling
-from bayeslat.models.roofline import log_latency, row_terms, solve
+from bayeslat.models.roofline import (
+    F_GRID,
+    KNEE_GRID,
+    ROOFLINE_PARTS,
+    log_latency,
+    row_terms,
+    solve,
+)
 
 
 def _settings(n, seed):
@@ -22,59 +30,70 @@ def _settings(n, seed):
     k = rng.integers(0, 7, n).astype(float)
     return {"rps": rng.uniform(1.0, 100.0, n), "c1": rng.uniform(0.5, 3.0, n),
             "c2": rng.uniform(1e-3, 8e-3, n), "f": 10 ** rng.uniform(-6.0, -4.5, n),
-            "knee": rng.uniform(60.0, 300.0, n), "cycles": rng.uniform(20.0, 500.0, n),
+            "knee": rng.uniform(60.0, 300.0, n), "knee_d": rng.uniform(60.0, 300.0, n),
+            "cycles": rng.uniform(20.0, 500.0, n),
             "k": k, "prefill": rng.choice([128.0, 256.0, 1024.0], n),
             "ratio": np.where(k > 0, rng.uniform(0.01, 0.2, n), 0.0)}
 
 
-PARAMS = ("c1", "c2", "f", "knee")
+PARAMS = ("c1", "c2", "f", "knee", "knee_d")
+
+
+ARGS = ("rps", *PARAMS, "cycles", "k", "prefill", "ratio")
 
 
 @pytest.mark.parametrize("arrivals", theory.ARRIVALS)
-def test_the_compiled_root_is_the_theorys_and_its_gradient_the_finite_differences(arrivals):
+def test_the_compiled_root_is_the_theorys_and_its_gradients_the_finite_differences(arrivals):
+    """The root and its amplification against :mod:`bayeslat.theory`, and the gradient of
+    both against central differences (in elasticities, except at the form's kinks)."""
     s = _settings(400, seed=1)
     poisson = np.full(400, float(arrivals == "poisson"))
-    args = [s[n] for n in ("rps", *PARAMS, "cycles", "k", "prefill", "ratio")]
-    log_lat, grad = solve(*args, poisson)
-    want = theory.roofline_latency(*args[:8], s["f"] * s["ratio"], arrivals=arrivals,
-                                   batch_cap=np.inf)
+    log_lat, amp, grad, grad_amp = solve(*[s[n] for n in ARGS], poisson)
+    form = (*[s[n] for n in ("rps", "c1", "c2", "f", "knee", "cycles", "k", "prefill")],
+            s["f"] * s["ratio"], s["knee_d"])
+    want = theory.roofline_latency(*form, arrivals=arrivals, batch_cap=np.inf)
     steady = np.isfinite(want)
     assert 0.2 < steady.mean() < 0.95  # both outcomes are checked
     np.testing.assert_array_equal(np.isfinite(log_lat), steady)
     np.testing.assert_allclose(np.exp(log_lat[steady]), want[steady], rtol=1e-10)
-    assert (grad[~steady] == 0).all()
+    np.testing.assert_allclose(amp[steady], theory.roofline_amplification(
+        *form, arrivals=arrivals, batch_cap=np.inf)[steady], rtol=1e-8)
+    assert (amp[steady] >= 0).all() and amp[steady].max() > 1  # some rows near their wall
+    assert (grad[~steady] == 0).all() and (grad_amp[~steady] == 0).all()
     for j, name in enumerate(PARAMS):
         moved = []
         for sign in (1, -1):
             shifted = dict(s, **{name: s[name] * (1 + sign * 1e-6)})
-            moved.append(solve(*[shifted[n] for n in ("rps", *PARAMS, "cycles", "k", "prefill",
-                                                      "ratio")], poisson)[0])
+            moved.append(solve(*[shifted[n] for n in ARGS], poisson))
         with np.errstate(invalid="ignore"):  # inf − inf where a move crosses the wall
-            numeric = (moved[0] - moved[1]) / 2e-6  # d log L / d log θ
-        ok = steady & np.isfinite(numeric)
-        # elasticities: the piecewise form has kinks, where one side's slope is the other's
-        close = np.abs(grad[ok, j] * s[name][ok] - numeric[ok]) < 1e-5 + 1e-4 * np.abs(numeric[ok])
-        assert close.mean() > 0.98, name
-        assert np.abs(grad[:, j]).max() > 0  # each parameter moves some row
+            numeric = [(moved[0][i] - moved[1][i]) / 2e-6 for i in (0, 1)]  # d/d log θ
+        for exact, fd in ((grad[:, j], numeric[0]), (grad_amp[:, j], numeric[1])):
+            ok = steady & np.isfinite(fd)
+            close = np.abs(exact[ok] * s[name][ok] - fd[ok]) < 1e-5 + 1e-4 * np.abs(fd[ok])
+            assert close.mean() > 0.97, name
+            assert np.abs(exact).max() > 0  # each parameter moves some row
 
 
-def test_the_op_has_the_kernels_gradient_in_python_and_numba_modes():
+def test_the_op_has_the_kernels_gradients_in_python_and_numba_modes():
     s = _settings(60, seed=2)
     data = {"rps": 0.1 * s["rps"], "cycles": s["cycles"], "k": s["k"],
             "prompt": s["prefill"], "ratio": s["ratio"], "poisson": np.zeros(60)}
     theta = [pt.dvector(n) for n in PARAMS]
-    log_lat = log_latency(dict(zip(("C1", "C2", "f", "knee"), theta, strict=True)), data)
-    total = log_lat.sum()
-    grads = pytensor.grad(total, theta)
-    values = [0.5 * s["c1"], s["c2"], 0.3 * s["f"], s["knee"]]
-    want_lat, want_grad = solve(data["rps"], *values, s["cycles"], s["k"], s["prefill"],
-                                s["ratio"], data["poisson"])
-    assert np.isfinite(want_lat).all()
+    log_lat, amp = log_latency(dict(zip(ROOFLINE_PARTS, theta, strict=True)), data)
+    weights = np.linspace(0.5, 2.0, 60)
+    grads = pytensor.grad(log_lat.sum() + (weights * amp).sum(), theta)
+    values = [0.5 * s["c1"], s["c2"], 0.3 * s["f"], s["knee"], s["knee_d"]]
+    want_lat, want_amp, want_grad, want_grad_amp = solve(
+        data["rps"], *values, s["cycles"], s["k"], s["prefill"], s["ratio"], data["poisson"])
+    assert np.isfinite(want_lat).all() and want_amp.max() > 0.1
     for mode in ("FAST_COMPILE", "NUMBA"):
-        out = pytensor.function(theta, [log_lat, *grads], mode=mode)(*values)
+        out = pytensor.function(theta, [log_lat, amp, *grads], mode=mode)(*values)
         np.testing.assert_allclose(out[0], want_lat, rtol=1e-12)
-        for j in range(4):
-            np.testing.assert_allclose(out[1 + j], want_grad[:, j], rtol=1e-12)
+        np.testing.assert_allclose(out[1], want_amp, rtol=1e-12)
+        for j in range(len(PARAMS)):
+            want = want_grad[:, j] + weights * want_grad_amp[:, j]
+            np.testing.assert_allclose(out[2 + j], want, rtol=1e-10,
+                                       atol=1e-12 * np.abs(want).max())
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +108,44 @@ def fitted():
     return model
 
 
-def test_the_start_has_a_root_at_every_row_and_the_prior_centres_f_on_the_size():
-    model = get("roofline")(table("roofline"))
-    start = model.start()
+def _on_the_form(f_scale: float, knee: float):
+    """The test sweep with every latency replaced by the roofline form's at a point of the
+    start's grid (``f`` that multiple of its prior's median), each configuration's ``C1``
+    its lowest measured latency and ``C2`` what puts its top rate at 30% of the paper's
+    capacity; and those ``C1``, ``C2`` (one row per configuration, in order)."""
+    df = table("roofline")
+    model = get("roofline")(df)
+    rows = model.rows
+    codes, _ = pd.factorize(rows["config"])
+    by = rows.groupby(codes)
+    truth = pd.DataFrame({"C1": by["latency_mean"].min(), "C2": 0.3 / by["rps"].max()})
+    terms = row_terms(rows)
+    f = f_scale * model.config.prior("token_compute")[0] * model.server_sizes()[
+        model.server_index(rows)]
+    lat = theory.roofline_latency(rows["rps"].to_numpy(), truth["C1"].to_numpy()[codes],
+                                  truth["C2"].to_numpy()[codes], f, knee, terms["cycles"],
+                                  rows["k"].to_numpy(float), terms["prompt"],
+                                  f * terms["ratio"], batch_cap=np.inf)
+    assert np.isfinite(lat).all()
+    fitted = ~df["saturated"].to_numpy()
+    df.loc[fitted, "latency_mean"] = lat
+    return df, truth
+
+
+def test_the_start_finds_the_roofline_and_the_curves_of_data_on_the_form():
+    f_scale, knee = F_GRID[4], KNEE_GRID[2]
+    df, truth = _on_the_form(f_scale, knee)
+    model = get("roofline")(df)
+    roofline, fits = model.roofline_start()
+    median = model.config.prior("token_compute")[0] * model.server_sizes()
+    np.testing.assert_allclose(roofline["f"], f_scale * median)
+    np.testing.assert_allclose(roofline["knee"], knee)
+    np.testing.assert_allclose(fits[["C1", "C2"]], truth, rtol=1e-5)
+    # the laws' start may miss the curves a little; its rows still have roots
     assert np.isfinite(model.check_start(model.build()))
-    sizes = model.server_sizes()
-    median = model.config.prior("token_compute")[0]
-    # halved from its prior's centre only as far as the start's roots need
-    assert (start["log_f"] <= np.log(median * sizes) + 1e-12).all()
-    assert (start["log_f"] > np.log(median * sizes) - 40 * np.log(2)).all()
+    start = model.start()
+    assert (start["log_f"] <= np.log(f_scale * median) + 1e-12).all()
+    np.testing.assert_allclose(start["log_knee_d"], np.log(knee))
 
 
 def _at_start(model, pm_model, outputs):
@@ -122,38 +170,38 @@ def test_the_ceilings_likelihood_is_the_full_batchs_rate():
                    if type(node.op).__name__ == "RooflineLatency")
     mu, shortfall, *parts = _at_start(model, pm_model, [
         pm_model["log_ceiling"].owner.inputs[2], pm_model["ceiling_shortfall"],
-        *latency.inputs[:4]])
+        *latency.inputs[:5]])
     row = np.flatnonzero(model.rows["config"] == model.ceilings["config"].iloc[0])[0]
-    c1, c2, f, knee = (p[row] for p in parts)
+    c1, c2, f, knee, knee_d = (p[row] for p in parts)
     terms = {name: value[row] for name, value in row_terms(model.rows).items()}
     want = theory.roofline_throughput(c1, c2, f, knee, terms["cycles"],
                                       model.rows["k"].iloc[row],
                                       model.rows["prefill_tokens"].iloc[row],
-                                      f * terms["ratio"])
+                                      f * terms["ratio"], knee_d)
     np.testing.assert_allclose(mu, [np.log(want) - shortfall], rtol=1e-10)
 
 
 def test_predictions_are_the_theorys_latency_of_their_parts(fitted):
-    model = fitted
-    rows = model.rows.head(12).copy()
-    pred = model.predict(rows)
+    # low loads: the mocked sampler's draws are the prior's, whose rooflines are far off
+    rows = fitted.rows.groupby("k").head(4).reset_index(drop=True)
+    rows["rps"] *= 0.05
+    assert (rows["k"] > 0).any() and (rows["k"] == 0).any()
+    pred = fitted.predict(rows)
     terms = row_terms(rows)
-    want = theory.roofline_latency(rows["rps"].to_numpy()[None, None], pred["C1"].values,
-                                   pred["C2"].values, pred["f"].values, pred["knee"].values,
-                                   terms["cycles"], rows["k"].to_numpy(float),
-                                   rows["prefill_tokens"].to_numpy(float),
-                                   pred["f"].values * terms["ratio"])
-    np.testing.assert_allclose(pred["latency"].values, want)
-    # the capacity is where the steady state ends: just below it there is one, just past none
-    cap = pred["capacity"].values
 
     def at(rates):
         return theory.roofline_latency(rates, pred["C1"].values, pred["C2"].values,
                                        pred["f"].values, pred["knee"].values, terms["cycles"],
                                        rows["k"].to_numpy(float),
                                        rows["prefill_tokens"].to_numpy(float),
-                                       pred["f"].values * terms["ratio"])
+                                       pred["f"].values * terms["ratio"],
+                                       pred["knee_d"].values)
 
+    want = at(rows["rps"].to_numpy()[None, None])
+    assert np.isfinite(want).any()
+    np.testing.assert_allclose(pred["latency"].values, want)
+    # the capacity is where the steady state ends: just below it there is one, just past none
+    cap = pred["capacity"].values
     assert np.isfinite(at(0.999 * cap)).all()
     assert np.isinf(at(1.001 * cap)).all()
 

@@ -451,12 +451,19 @@ class LatencyModel:
         mean = self.config.prior("sigma_wall_mean")
         return pm.Gamma("sigma_wall", alpha=2.0, beta=2.0 / mean)
 
-    def scatter(self, posterior: xr.Dataset, parts, rps):
+    @property
+    def jittered(self) -> bool:
+        """Whether the likelihood's scale grows near capacity by ``sigma_wall``
+        (:meth:`sigma_wall`): the variants with the compute wall (and ``roofline``)."""
+        return "C3" in self.parts
+
+    def scatter(self, posterior: xr.Dataset, parts, rps, rows=None):
         """The likelihood's scale without the measurement error, per draw and row, from
         predicted ``parts`` (dims ``chain, draw`` or ``sample``, and the rows'): ``sigma``,
         and, with the compute wall, ``sqrt(sigma² + (sigma_wall·v)²)``
         (:meth:`likelihood_scale`; ``sigma`` where the load is past the wall) at the loads
-        ``rps`` (req/s; an array along ``obs`` or a DataArray with dims of its own)."""
+        ``rps`` (req/s; an array along ``obs`` or a DataArray with dims of its own); ``rows``
+        (prepared) for a variant whose scale needs them (``roofline``)."""
         sigma = posterior["sigma"]
         if "C3" not in parts:
             return sigma
@@ -647,7 +654,7 @@ class LatencyModel:
             nu = pm.Deterministic("nu", 2.0 + pm.Gamma("nu_excess", alpha=a, beta=b))
             se_rel = pm.Data("se_rel", rows["se_rel"].to_numpy(float), dims="obs")
             observed = pm.Data("log_latency_obs", rows["log_latency"].to_numpy(float), dims="obs")
-            wall = self.sigma_wall() if "C3" in parts else None
+            wall = self.sigma_wall() if self.jittered else None
             if fused:
                 if not self.fuses:
                     raise FitError(f"the {self.variant} model's rows cannot use the fused "
@@ -700,7 +707,7 @@ class LatencyModel:
         """The feasible start of every free variable (constrained values); of the free
         variables of the PyMC ``model`` only, when given (the fast likelihood has no ``nu``)."""
         extra = {"sigma_ceiling": 0.05} if self.fits_ceilings and not self.ceilings.empty else {}
-        if "C3" in self.parts:
+        if self.jittered:
             extra["sigma_wall"] = 0.01
         out = self.start() | {"sigma": 0.05, "nu_excess": 8.0} | extra
         if model is None:

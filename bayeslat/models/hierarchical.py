@@ -634,7 +634,7 @@ class HierarchicalModel(LatencyModel):
         :data:`~bayeslat.models.start.MAX_LOAD` of saturation."""
         rows = self.rows
         codes, _ = pd.factorize(rows["config"])
-        fits = st.linear_fits(codes, rows["rps"].to_numpy(), rows["latency_mean"].to_numpy())
+        fits = self.config_fits(codes)
         cfg = rows.groupby(codes).first().loc[fits.index]
         cycles = st.cycles_of(cfg)
         drafted = cycles * cfg["k"].to_numpy()
@@ -653,6 +653,13 @@ class HierarchicalModel(LatencyModel):
                         out[d][drafts.get_loc(label)] = cd[li]
         out = {c: st.floor_positive(v) for c, v in out.items()}
         return self._feasible(out)
+
+    def config_fits(self, codes: np.ndarray) -> pd.DataFrame:
+        """``C1``, ``C2`` of each configuration (index: the factorised ``codes`` of
+        :attr:`rows`) that the start's laws are fitted to: the paper's curve, linearised
+        (:func:`~bayeslat.models.start.linear_fits`)."""
+        rows = self.rows
+        return st.linear_fits(codes, rows["rps"].to_numpy(), rows["latency_mean"].to_numpy())
 
     def _feasible(self, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Shrink each group's load coefficients until its points are below MAX_LOAD."""

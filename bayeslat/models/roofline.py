@@ -2,33 +2,35 @@ r"""``roofline``: the paper's memory-bound line, and each step's arithmetic past
 
 A verify step costs the larger of reading the weights and KV cache and the arithmetic on its
 tokens (DESIGN.md §2a). The paper's model is the first; this variant adds the second as the
-GPU's roofline, one compute time per token ``f`` and one knee ``T*`` (tokens a step) per
+GPU's roofline, one compute time per token ``f`` and knees ``T*`` (tokens a step) per
 server, and solves for each row's latency the mean-field fixed point of
 :func:`bayeslat.theory.roofline_latency`:
 
 .. math::
     L = C_1 + C_2 B + n\,\mathrm{E}_m\bigl[f\,(B(k+1) + m\,p - T^*)^+
-        + f\,r\,(B + m\,p - T^*)^+\bigr], \qquad B = \mathrm{rps}\,L,
+        + f\,r\,(B + m\,p - T^*_d)^+\bigr], \qquad B = \mathrm{rps}\,L,
     \quad \bar m = \mathrm{rps}\,L/n,
 
 ``n = g/E(alpha, k)`` verify steps a request, ``p`` its prompt's tokens, ``m`` the prompts
 that join a step (its floor and ceiling for evenly spaced arrivals, a Poisson count for
-Poisson ones) and ``r`` the drafter's size over the verifier's (its first pass, past the same
-knee; 0 for the baseline). ``C1`` and ``C2`` keep the hierarchical six-coefficient law of
+Poisson ones) and ``r`` the drafter's size over the verifier's (its first pass, which sees the
+prompts too, past the drafter's own knee ``T*_d``: its weights need not be the verifier's
+precision, and with one knee for both the 70B FP8 verifier's fit split into two modes;
+0 for the baseline). ``C1`` and ``C2`` keep the hierarchical six-coefficient law of
 :mod:`~bayeslat.models.hierarchical` (the prefill stall linear in its arithmetic, as in
 :mod:`~bayeslat.models.capacity`: the knee is now the roofline's), and the server's two
 constants follow its verifier's size:
 
 .. math::
     \log f_s \sim N\bigl(\log(\phi\,N_s),\ s_\phi\bigr), \qquad
-    \log T^*_s \sim N(\log T_0,\ s_T),
+    \log T^*_s,\ \log T^*_{d,s} \sim N(\log T_0,\ s_T),
 
 ``N_s`` the verifier's parameters (billions), ``(φ, s_φ)`` the ``token_compute`` prior (s per
 token per billion parameters: ``2·10⁹/FLOPs`` at the utilisation a real GPU reaches) and
 ``(T_0, s_T)`` the ``roofline_knee`` prior. Where no step passes its knee the form is the
 paper's curve; past it the curve bends by the arithmetic each step adds, and the capacity is
 where the fixed point has no root (:func:`~bayeslat.theory.roofline_capacity`). There are no
-walls, shares or powers per configuration: two constants per server carry the bend of every
+walls, shares or powers per configuration: three constants per server carry the bend of every
 curve it serves.
 
 The measured ceilings are data: a throughput benchmark, every request sent at once, runs a
@@ -66,90 +68,118 @@ import xarray as xr
 
 from bayeslat import scaling, theory
 from bayeslat.data import schema
-from bayeslat.errors import FitError
+from bayeslat.errors import FitError, NumericalError
 from bayeslat.models.capacity import CAPACITY_STALL
 from bayeslat.models.hierarchical import HierarchicalModel, _dim
 from bayeslat.scaling import ScalingConfig
 
 # The parts of a row: its curve's memory-bound line, its server's roofline.
-ROOFLINE_PARTS = ("C1", "C2", "f", "knee")
+ROOFLINE_PARTS = ("C1", "C2", "f", "knee", "knee_d")
+# Prior mean of the jitter of the server's speed (likelihood_scale), a quarter of the capacity
+# variants': the amplification at the example's top rates is 2-7 (median 3.2), so 0.005 is
+# 1.6% there. At their 0.02 a short fit found a second mode, sigma 1.3% and f a third of the
+# engine's (benchmarks/README.md, forty-fifth session).
+SIGMA_WALL_MEAN = 0.005
+# The start's grid of each server's roofline (RooflineModel.roofline_start): f as multiples
+# of its prior's median, and knees (tokens), the verifier's and the drafter's alike.
+F_GRID = 2.0 ** np.arange(-3.0, 3.0, 0.5)
+KNEE_GRID = (64.0, 96.0, 128.0, 192.0, 256.0, 384.0)
 # Newton steps a row may take (from C1 it takes about four).
 ITERATIONS = 100
 
 
 @numba.njit(cache=True)
 def _excess(x, m, prefill, poisson):
-    """``E[(x + m'·p)^+]`` over the prompts ``m'`` that join a step (mean ``m``), and its
-    derivatives with respect to ``x`` (the share of steps past the knee) and ``m``:
-    :func:`bayeslat.theory._prompt_excess` in compiled code."""
+    """``V = E[(x + m'·p)^+]`` over the prompts ``m'`` that join a step (mean ``m``) and its
+    derivatives ``V_x`` (the share of steps past the knee), ``V_m``, ``V_xm`` and ``V_mm``
+    (``V_xx`` is 0 but at kinks): :func:`bayeslat.theory._prompt_excess` in compiled code,
+    with the second derivatives the amplification's gradient needs."""
     if not poisson:
         lo = math.floor(m)
         w = m - lo
         below, above = x + lo * prefill, x + (lo + 1.0) * prefill
         on = (1.0 - w) * (below > 0) + w * (above > 0)
         return ((1.0 - w) * max(below, 0.0) + w * max(above, 0.0), on,
-                max(above, 0.0) - max(below, 0.0))
-    if m <= 0.0:
-        return max(x, 0.0), 1.0 * (x > 0), max(x + prefill, 0.0) - max(x, 0.0)
-    # the counts within ten standard deviations and a dozen of the mean carry all the mass
-    half = int(math.ceil(10.0 * math.sqrt(m) + 12.0))
-    mode = math.floor(m)
-    value = on = step = 0.0
-    log_m = math.log(m)
-    for j in range(max(0, int(mode) - half), int(mode) + half + 1):
-        weight = math.exp(j * log_m - m - math.lgamma(j + 1.0))
-        tokens = x + j * prefill
-        value += weight * max(tokens, 0.0)
-        on += weight * (tokens > 0)
-        step += weight * (max(tokens + prefill, 0.0) - max(tokens, 0.0))
-    return value, on, step
+                max(above, 0.0) - max(below, 0.0), 1.0 * (above > 0) - 1.0 * (below > 0), 0.0)
+    # Poisson: d/dm E[φ(m')] = E[φ(m' + 1) − φ(m')]; the counts within ten standard deviations
+    # and a dozen of the mean carry all the mass (m = 0: all of it at 0)
+    half = int(math.ceil(10.0 * math.sqrt(max(m, 0.0)) + 12.0))
+    mode = int(math.floor(max(m, 0.0)))
+    value = on = step = cross = curv = 0.0
+    for j in range(max(0, mode - half), mode + half + 1):
+        if m > 0.0:
+            weight = math.exp(j * math.log(m) - m - math.lgamma(j + 1.0))
+        else:
+            weight = 1.0 if j == 0 else 0.0
+        t0, t1, t2 = x + j * prefill, x + (j + 1.0) * prefill, x + (j + 2.0) * prefill
+        value += weight * max(t0, 0.0)
+        on += weight * (t0 > 0)
+        step += weight * (max(t1, 0.0) - max(t0, 0.0))
+        cross += weight * ((t1 > 0) - 1.0 * (t0 > 0))
+        curv += weight * (max(t2, 0.0) - 2.0 * max(t1, 0.0) + max(t0, 0.0))
+    return value, on, step, cross, curv
 
 
 @numba.njit(cache=True)
-def _side(lat, rps, c1, c2, f, knee, cycles, k, prefill, ratio, poisson):
-    """The fixed point's right side ``F(L)``, ``∂F/∂L``, and ``∂F/∂`` ``c2``, ``f`` and
-    ``knee`` (``∂F/∂c1`` is 1)."""
+def _side(lat, rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson):
+    """The fixed point's right side ``F(L)``; its slope ``S = ∂F/∂L``; ``∂F/∂`` ``c2``,
+    ``f``, ``knee``, ``knee_d`` (``∂F/∂c1`` is 1); ``∂S/∂L`` and ``∂S/∂`` ``knee``,
+    ``knee_d`` (``∂S/∂c2 = rps``, ``∂S/∂f = (S − c2·rps)/f``, ``∂S/∂c1 = 0``)."""
     batch = rps * lat
+    per_step = rps / cycles  # dm/dL
     m = batch / cycles
-    v, on_v, step_v = _excess(batch * (k + 1.0) - knee, m, prefill, poisson)
-    d, on_d, step_d = _excess(batch - knee, m, prefill, poisson)
-    excess = v + ratio * d
-    d_excess = rps * ((k + 1.0) * on_v + ratio * on_d) + rps / cycles * (step_v
-                                                                         + ratio * step_d)
-    return (c1 + c2 * batch + cycles * f * excess, c2 * rps + cycles * f * d_excess, batch,
-            cycles * excess, -cycles * f * (on_v + ratio * on_d))
+    # the verifier's tokens move by rps·(k+1) along L, the drafter's first pass's by rps
+    dv, dd = rps * (k + 1.0), rps
+    v, on_v, step_v, cross_v, curv_v = _excess(batch * (k + 1.0) - knee, m, prefill, poisson)
+    d, on_d, step_d, cross_d, curv_d = _excess(batch - knee_d, m, prefill, poisson)
+    slope = c2 * rps + cycles * f * (dv * on_v + per_step * step_v
+                                     + ratio * (dd * on_d + per_step * step_d))
+    s_lat = cycles * f * (2.0 * dv * per_step * cross_v + per_step * per_step * curv_v
+                          + ratio * (2.0 * dd * per_step * cross_d
+                                     + per_step * per_step * curv_d))
+    return (c1 + c2 * batch + cycles * f * (v + ratio * d), slope, batch,
+            cycles * (v + ratio * d), -cycles * f * on_v, -cycles * f * ratio * on_d, s_lat,
+            -f * rps * cross_v, -f * rps * ratio * cross_d)
 
 
 @numba.njit(cache=True)
-def solve(rps, c1, c2, f, knee, cycles, k, prefill, ratio, poisson):
+def solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson):
     """Each row's log latency, the smallest root of ``L = F(L)`` (Newton's method from
-    ``C1``; ``inf`` where no root is ahead), and its gradient with respect to ``c1``, ``c2``,
-    ``f`` and ``knee`` (rows × 4, ``d log L/dθ``; 0 where there is no root)."""
+    ``C1``; ``inf`` where no root is ahead), its amplification ``A = S/(1 − S)`` (``S`` the
+    right side's slope at the root: how much more than in proportion the latency moves when
+    every step's cost does; 0 at zero load), and the gradients of both with respect to
+    ``c1``, ``c2``, ``f``, ``knee`` and ``knee_d`` (rows × 5: ``d log L/dθ`` and ``dA/dθ``;
+    0 where there is no root). By the implicit function theorem,
+    ``dL/dθ = (∂F/∂θ)/(1 − S)`` and ``dS/dθ = ∂S/∂θ + (∂S/∂L)·dL/dθ``."""
     n = rps.shape[0]
-    out = np.empty(n)
-    grad = np.zeros((n, 4))
+    out, amp = np.empty(n), np.zeros(n)
+    grad, grad_amp = np.zeros((n, 5)), np.zeros((n, 5))
     for i in range(n):
         lat = c1[i]
         found = False
         for _ in range(ITERATIONS):
-            side, d_lat, g2, gf, gk = _side(lat, rps[i], c1[i], c2[i], f[i], knee[i],
-                                            cycles[i], k[i], prefill[i], ratio[i],
-                                            poisson[i] > 0)
-            gap, slope = side - lat, d_lat - 1.0
+            side, s, g2, gf, gk, gd, s_lat, s_k, s_kd = _side(
+                lat, rps[i], c1[i], c2[i], f[i], knee[i], knee_d[i], cycles[i], k[i],
+                prefill[i], ratio[i], poisson[i] > 0)
+            gap = side - lat
             if abs(gap) <= 1e-13 * lat:
-                found = slope < 0.0
+                found = s < 1.0
                 break
-            if slope >= 0.0:  # the convex gap no longer falls: no root ahead
+            if s >= 1.0:  # the convex gap no longer falls: no root ahead
                 break
-            lat -= gap / slope
+            lat -= gap / (s - 1.0)
         if not found:
             out[i] = np.inf
             continue
         out[i] = math.log(lat)
-        scale = 1.0 / ((1.0 - d_lat) * lat)  # d log L/dθ = (∂F/∂θ)/((1 − ∂F/∂L)·L)
-        grad[i, 0], grad[i, 1], grad[i, 2], grad[i, 3] = scale, g2 * scale, gf * scale, \
-            gk * scale
-    return out, grad
+        inv = 1.0 / (1.0 - s)
+        amp[i] = s * inv
+        d_lat = (inv, g2 * inv, gf * inv, gk * inv, gd * inv)
+        s_theta = (0.0, rps[i], (s - c2[i] * rps[i]) / f[i], s_k, s_kd)
+        for j in range(5):
+            grad[i, j] = d_lat[j] / lat
+            grad_amp[i, j] = (s_theta[j] + s_lat * d_lat[j]) * inv * inv
+    return out, amp, grad, grad_amp
 
 
 @functools.cache
@@ -162,37 +192,53 @@ def _op_class():
     from pytensor.graph.op import Op
 
     class RooflineLatency(Op):
-        """Each row's log latency under the roofline form (a vector) and its gradient with
-        respect to the row's ``c1``, ``c2``, ``f`` and ``knee`` (four vectors), as outputs of
-        one node; inputs those four, then the data ``rps``, ``cycles``, ``k``, ``prefill``,
+        """Each row's log latency under the roofline form and its amplification (two
+        vectors, :func:`solve`), then the gradient of each with respect to the row's
+        ``c1``, ``c2``, ``f``, ``knee`` and ``knee_d`` (five vectors each), as outputs of one
+        node; inputs those five, then the data ``rps``, ``cycles``, ``k``, ``prompt``,
         ``ratio`` and ``poisson`` (1 for Poisson arrivals)."""
 
         __props__ = ()
-        n_params = 4
+        n_params = len(ROOFLINE_PARTS)
 
         def make_node(self, *inputs):
             inputs = [pt.as_tensor_variable(x) for x in inputs]
-            outputs = [pt.dvector() for _ in range(1 + self.n_params)]
+            outputs = [pt.dvector() for _ in range(2 + 2 * self.n_params)]
             return Apply(self, inputs, outputs)
 
         def perform(self, node, inputs, output_storage):
-            c1, c2, f, knee, rps, *data = (np.asarray(x, dtype=float) for x in inputs)
-            log_lat, grad = solve(rps, c1, c2, f, knee, *data)
-            for j, store in enumerate(output_storage):
-                store[0] = log_lat if j == 0 else np.ascontiguousarray(grad[:, j - 1])
+            *parts, rps = (np.asarray(x, dtype=float) for x in inputs[:self.n_params + 1])
+            data = (np.asarray(x, dtype=float) for x in inputs[self.n_params + 1:])
+            for store, value in zip(output_storage, _outputs(*solve(rps, *parts, *data)),
+                                    strict=True):
+                store[0] = value
 
         def connection_pattern(self, node):
-            return [[True] * 5 if i < self.n_params else [False] * 5
-                    for i in range(len(node.inputs))]
+            n_out = len(node.outputs)
+            return [[i < self.n_params] * n_out for i in range(len(node.inputs))]
 
         def grad(self, inputs, output_grads):
-            g = output_grads[0]
             out = self(*inputs)
-            return ([g * out[1 + j] for j in range(self.n_params)]
-                    + [DisconnectedType()() for _ in inputs[self.n_params:]])
+            n = self.n_params
+            grads = [pt.zeros_like(inputs[j]) for j in range(n)]
+            for which, g in enumerate(output_grads[:2]):  # log L, then the amplification
+                if isinstance(g.type, DisconnectedType):
+                    continue
+                grads = [total + g * out[2 + which * n + j] for j, total in enumerate(grads)]
+            return grads + [DisconnectedType()() for _ in inputs[n:]]
 
     _register(RooflineLatency)
     return RooflineLatency
+
+
+@numba.njit
+def _outputs(log_lat, amp, grad, grad_amp):
+    """The Op's outputs from :func:`solve`'s: the two vectors, then each gradient's columns."""
+    return (log_lat, amp, np.ascontiguousarray(grad[:, 0]), np.ascontiguousarray(grad[:, 1]),
+            np.ascontiguousarray(grad[:, 2]), np.ascontiguousarray(grad[:, 3]),
+            np.ascontiguousarray(grad[:, 4]), np.ascontiguousarray(grad_amp[:, 0]),
+            np.ascontiguousarray(grad_amp[:, 1]), np.ascontiguousarray(grad_amp[:, 2]),
+            np.ascontiguousarray(grad_amp[:, 3]), np.ascontiguousarray(grad_amp[:, 4]))
 
 
 def _register(cls) -> None:
@@ -201,14 +247,13 @@ def _register(cls) -> None:
     from pytensor.link.numba.dispatch import basic
 
     source = "".join(inspect.getsource(getattr(f, "py_func", f))
-                     for f in (_excess, _side, solve))
+                     for f in (_excess, _side, solve, _outputs))
     key = hashlib.sha256(source.encode()).hexdigest()[:16]
 
     @numba.njit
-    def fused(c1, c2, f, knee, rps, cycles, k, prefill, ratio, poisson):
-        log_lat, grad = solve(rps, c1, c2, f, knee, cycles, k, prefill, ratio, poisson)
-        return (log_lat, np.ascontiguousarray(grad[:, 0]), np.ascontiguousarray(grad[:, 1]),
-                np.ascontiguousarray(grad[:, 2]), np.ascontiguousarray(grad[:, 3]))
+    def fused(c1, c2, f, knee, knee_d, rps, cycles, k, prefill, ratio, poisson):
+        return _outputs(*solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio,
+                               poisson))
 
     @basic.register_funcify_and_cache_key(cls)
     def _funcify(op, node, **kwargs):
@@ -216,14 +261,15 @@ def _register(cls) -> None:
 
 
 def log_latency(parts: dict, data: dict):
-    """Each row's log latency (a tensor) from its ``parts`` (``C1``, ``C2``, ``f``, ``knee``)
-    and ``data`` (``rps``, ``cycles``, ``k``, ``prompt``, ``ratio``, ``poisson``:
-    :func:`row_terms`)."""
+    """Each row's log latency and amplification (:func:`solve`; tensors) from its ``parts``
+    (:data:`ROOFLINE_PARTS`) and ``data`` (``rps``, ``cycles``, ``k``, ``prompt``,
+    ``ratio``, ``poisson``: :func:`row_terms`)."""
     import pytensor.tensor as pt
 
     inputs = [parts[n] for n in ROOFLINE_PARTS] + [data[n] for n in (
         "rps", "cycles", "k", "prompt", "ratio", "poisson")]
-    return _op_class()()(*(pt.as_tensor_variable(x, dtype="float64") for x in inputs))[0]
+    out = _op_class()()(*(pt.as_tensor_variable(x, dtype="float64") for x in inputs))
+    return out[0], out[1]
 
 
 def row_terms(rows: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -262,7 +308,8 @@ class RooflineModel(HierarchicalModel):
         0.05, as ``capacity``)."""
         return ScalingConfig(design=scaling.DEFAULT_DESIGN | {"c2p": CAPACITY_STALL},
                              priors=copy.deepcopy(scaling.DEFAULT_PRIORS)
-                             | {"ceiling_shortfall_sd": 0.05},
+                             | {"ceiling_shortfall_sd": 0.05,
+                                "sigma_wall_mean": SIGMA_WALL_MEAN},
                              noncentered=("c1p",))
 
     def curve_inputs(self, curves):
@@ -304,12 +351,42 @@ class RooflineModel(HierarchicalModel):
         median, log_sd = self.config.prior("token_compute")
         log_f = pm.Normal("log_f", np.log(median * self.server_sizes()), log_sd, dims="server")
         median, log_sd = self.config.prior("roofline_knee")
-        log_knee = pm.Normal("log_knee", np.log(median), log_sd, dims="server")
+        knees = {name: pm.Normal(f"log_{name}", np.log(median), log_sd, dims="server")
+                 for name in ("knee", "knee_d")}
         idx = pm.Data("server_idx", self.server_index(curves), dims=dim)
-        return out | {"f": pt.exp(log_f)[idx], "knee": pt.exp(log_knee)[idx]}
+        return out | {"f": pt.exp(log_f)[idx]} | {name: pt.exp(log_knee)[idx]
+                                                   for name, log_knee in knees.items()}
+
+    jittered = True  # its scale grows with the amplification (likelihood_scale)
 
     def log_mean(self, parts, data):
-        return log_latency(parts, data)
+        return log_latency(parts, data)[0]
+
+    @staticmethod
+    def likelihood_scale(sigma, se_rel, parts, data, sigma_wall=None):
+        r"""The Student-t scale of each row, :math:`s^2 = \sigma^2 + \mathrm{se}^2 +
+        (\sigma_{\mathrm{wall}} A)^2`, ``A`` the row's amplification (:func:`solve`; the
+        same node as the mean's, which PyTensor merges): a jitter ``sigma_wall`` of the
+        server's speed, which each benchmark sees its own of, moves the latency by
+        ``sigma_wall·(1 + A)`` in log terms, and ``sigma`` takes the part that does not
+        grow. Near capacity the form is an approximation too (the batch fluctuates, the
+        token budget and the KV cache bind), and what it misses grows as ``A`` does."""
+        import pytensor.tensor as pt
+
+        _, amplification = log_latency(parts, data)
+        return pt.sqrt(sigma**2 + se_rel**2 + (sigma_wall * amplification) ** 2)
+
+    def scatter(self, posterior, parts, rps, rows=None):
+        """``sqrt(sigma² + (sigma_wall·A)²)`` (:meth:`likelihood_scale`) of the predicted
+        ``parts`` of ``rows`` at their rates (``rps`` must be theirs; ``sigma`` where a draw
+        has no steady state)."""
+        if rows is None:
+            raise FitError("the roofline model's scatter needs the rows it predicts")
+        rates = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
+        amp = self._on_rows(partial(theory.roofline_amplification, rates), parts, rows,
+                            row_terms(rows)["prompt"])
+        amp = amp.where(np.isfinite(amp), 0.0)
+        return np.sqrt(posterior["sigma"] ** 2 + (posterior["sigma_wall"] * amp) ** 2)
 
     def ceiling_likelihood(self, parts, curves):
         import pymc as pm
@@ -322,7 +399,7 @@ class RooflineModel(HierarchicalModel):
         throughput = theory.roofline_throughput(
             parts["C1"], parts["C2"], parts["f"], parts["knee"], terms["cycles"],
             curves["k"].to_numpy(float), curves["prefill_tokens"].to_numpy(float),
-            parts["f"] * terms["ratio"])
+            parts["f"] * terms["ratio"], parts["knee_d"])
         self.observe_ceilings(pt.log(throughput)[pm.Data("ceiling_idx", idx, dims="ceiling")])
 
     def known_parts(self, rows, seed=0):
@@ -335,7 +412,7 @@ class RooflineModel(HierarchicalModel):
         post = self.posterior
         return self.parts_of(post, rows, *index) | {
             name: np.exp(post[f"log_{name}"].isel(server=at).drop_vars("server"))
-            for name in ("f", "knee")}
+            for name in ("f", "knee", "knee_d")}
 
     def prefill_stall(self, rows):
         """None: the prompts' stalls are the form's own (each prompt joins a step, past the
@@ -364,17 +441,56 @@ class RooflineModel(HierarchicalModel):
             return func(parts["C1"], parts["C2"], parts["f"], parts["knee"], terms["cycles"],
                         xr.DataArray(rows["k"].to_numpy(float), dims="obs"),
                         xr.DataArray(prompt, dims="obs"), parts["f"] * terms["ratio"],
-                        arrivals=arrivals)
+                        parts["knee_d"], arrivals=arrivals)
 
         out = on("constant")
         if terms["poisson"].any():
             out = xr.where(terms["poisson"] > 0, on("poisson"), out)
         return out
 
+    def config_fits(self, codes):
+        """Each configuration's ``C1``, ``C2`` under its server's roofline
+        (:meth:`roofline_start`), for the start's laws."""
+        return self.roofline_start()[1].loc[np.unique(codes)]
+
+    def roofline_start(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Each server's ``f`` and knee (the drafter's the same) and each configuration's
+        ``C1``, ``C2`` (index: factorised codes of :attr:`rows`), by a grid over the servers'
+        rooflines (:data:`F_GRID` times the prior's median ``f``, :data:`KNEE_GRID`), each
+        point's curves fitted by :func:`curve_fits`, the best point per server by its rows'
+        squared log error. Computed once per model: a start far from the roofline (the
+        prior's median, ``f`` halved until every row had a root) left chains of the example's
+        fit in modes of their own (``f`` a third of the engine's)."""
+        if getattr(self, "_roofline_start", None) is None:
+            rows = self.rows
+            codes, _ = pd.factorize(rows["config"])
+            server = self.server_index(rows)
+            of_config = pd.Series(server).groupby(codes).first().to_numpy()
+            centre = self.config.prior("token_compute")[0] * self.server_sizes()
+            cost = np.full(len(self.servers), np.inf)
+            f, knee = centre.copy(), np.full(len(self.servers), KNEE_GRID[0])
+            fits = None
+            for scale in F_GRID:
+                for point in KNEE_GRID:
+                    trial, per_config = curve_fits(rows, codes, scale * centre[server], point)
+                    total = np.bincount(of_config, per_config, len(self.servers))
+                    better = total < cost
+                    cost = np.where(better, total, cost)
+                    f, knee = np.where(better, scale * centre, f), np.where(better, point, knee)
+                    keep = pd.Series(~better[of_config], index=trial.index)
+                    fits = trial if fits is None else fits.where(keep, trial, axis=0)
+            if not np.isfinite(cost).all():
+                bad = self.servers[~np.isfinite(cost)]
+                raise NumericalError(f"no roofline of the start's grid gives every row of "
+                                     f"{', '.join(bad)} a steady state; are points past "
+                                     "saturation flagged?")
+            self._roofline_start = (pd.DataFrame({"f": f, "knee": knee}), fits)
+        return self._roofline_start
+
     def start(self):
-        """The hierarchical start, each server's knee at its prior's median and its ``f`` the
-        largest of its prior's median halved until every one of its rows has a root at the
-        start's ``C1``, ``C2``."""
+        """The hierarchical start from :meth:`roofline_start`'s curves, each server's knees
+        and ``f`` from it, ``f`` halved until every one of the server's rows has a root at
+        the laws' ``C1``, ``C2`` (which miss the curves a little)."""
         out = super().start()
         rows = self.rows
         values = xr.Dataset({q: xr.DataArray(v, dims=_dim(q)) for q, v in
@@ -383,20 +499,69 @@ class RooflineModel(HierarchicalModel):
         parts = self.parts_of(values, rows, *self.positions(rows))
         terms = row_terms(rows)
         server = self.server_index(rows)
-        median, _ = self.config.prior("token_compute")
-        knee = self.config.prior("roofline_knee")[0]
-        log_f = np.log(median * self.server_sizes())
+        roofline, _ = self.roofline_start()
+        log_f, log_knee = np.log(roofline["f"].to_numpy()), np.log(roofline["knee"].to_numpy())
         for s in range(len(self.servers)):
             mine = server == s
             for _ in range(40):
                 lat = theory.roofline_latency(
                     rows["rps"].to_numpy(float)[mine], parts["C1"].to_numpy()[mine],
-                    parts["C2"].to_numpy()[mine], np.exp(log_f[s]), knee,
+                    parts["C2"].to_numpy()[mine], np.exp(log_f[s]), np.exp(log_knee[s]),
                     terms["cycles"][mine], rows["k"].to_numpy(float)[mine],
-                    terms["prompt"][mine],
-                    np.exp(log_f[s]) * terms["ratio"][mine], batch_cap=np.inf)
+                    terms["prompt"][mine], np.exp(log_f[s]) * terms["ratio"][mine],
+                    batch_cap=np.inf)
                 if np.isfinite(lat).all():
                     break
                 log_f[s] -= np.log(2.0)
-        return out | {"log_f": log_f, "log_knee": np.full(len(self.servers), np.log(knee))}
+        return out | {"log_f": log_f, "log_knee": log_knee, "log_knee_d": log_knee}
+
+
+def curve_fits(rows: pd.DataFrame, codes: np.ndarray, f: np.ndarray, knee: float,
+               iterations: int = 30) -> tuple[pd.DataFrame, np.ndarray]:
+    """Each configuration's ``C1``, ``C2`` under a given roofline (each row's ``f``, the
+    knee of verifier and drafter ``knee``) by Levenberg–Marquardt on the rows' log latency,
+    every configuration at once (the kernel's gradient, :func:`solve`), started from the
+    paper's curve (:func:`~bayeslat.models.start.linear_fits`) with ``C2`` halved; and each
+    row's squared log error (``inf`` for a configuration whose curve has a row without a
+    steady state)."""
+    from bayeslat.models import start as st
+
+    y = rows["log_latency"].to_numpy(float)
+    rps = rows["rps"].to_numpy(float)
+    terms = row_terms(rows)
+    knees = np.full(len(rows), float(knee))
+    n = codes.max() + 1
+    first = st.linear_fits(codes, rps, rows["latency_mean"].to_numpy(float))
+    theta = np.log(np.column_stack([first["C1"].to_numpy(), 0.5 * first["C2"].to_numpy()]))
+
+    def evaluate(theta):
+        c1, c2 = np.exp(theta[codes, 0]), np.exp(theta[codes, 1])
+        log_lat, _, grad, _ = solve(rps, c1, c2, f, knees, knees, terms["cycles"],
+                                    rows["k"].to_numpy(float), terms["prompt"],
+                                    terms["ratio"], terms["poisson"])
+        resid = log_lat - y
+        cost = np.bincount(codes, resid**2, n)  # inf where a row has no root
+        return resid, cost, grad[:, 0] * c1, grad[:, 1] * c2
+
+    damping = np.full(n, 1e-3)
+    resid, cost, a, b = evaluate(theta)
+    for _ in range(iterations):
+        ok = np.isfinite(resid)
+        r, a0, b0 = (np.where(ok, x, 0.0) for x in (resid, a, b))
+        aa, ab, bb = (np.bincount(codes, w, n) for w in (a0 * a0, a0 * b0, b0 * b0))
+        ar, br = np.bincount(codes, a0 * r, n), np.bincount(codes, b0 * r, n)
+        aa, bb = aa * (1.0 + damping), bb * (1.0 + damping)
+        det = aa * bb - ab * ab
+        step = -np.column_stack([bb * ar - ab * br, aa * br - ab * ar]) / np.where(
+            det > 0, det, np.inf)[:, None]
+        trial = theta + step
+        t_resid, t_cost, t_a, t_b = evaluate(trial)
+        better = t_cost < cost
+        theta = np.where(better[:, None], trial, theta)
+        damping = np.where(better, damping / 3.0, damping * 4.0)
+        take = better[codes]
+        resid, a, b = (np.where(take, t, o) for t, o in ((t_resid, resid), (t_a, a), (t_b, b)))
+        cost = np.where(better, t_cost, cost)
+    fits = pd.DataFrame({"C1": np.exp(theta[:, 0]), "C2": np.exp(theta[:, 1])})
+    return fits, cost
 
