@@ -59,7 +59,6 @@ import functools
 import hashlib
 import inspect
 import math
-from functools import partial
 
 import numba
 import numpy as np
@@ -383,7 +382,7 @@ class RooflineModel(HierarchicalModel):
         if rows is None:
             raise FitError("the roofline model's scatter needs the rows it predicts")
         rates = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
-        amp = self._on_rows(partial(theory.roofline_amplification, rates), parts, rows,
+        amp = self._on_rows(functools.partial(theory.roofline_amplification, rates), parts, rows,
                             row_terms(rows)["prompt"])
         amp = amp.where(np.isfinite(amp), 0.0)
         return np.sqrt(posterior["sigma"] ** 2 + (posterior["sigma_wall"] * amp) ** 2)
@@ -422,7 +421,7 @@ class RooflineModel(HierarchicalModel):
     def latency(self, parts, rows):
         """The roofline form's latency (s, ``inf`` past the steady state or the batch cap)."""
         rps = xr.DataArray(rows["rps"].to_numpy(float), dims="obs")
-        return self._on_rows(partial(theory.roofline_latency, rps), parts, rows,
+        return self._on_rows(functools.partial(theory.roofline_latency, rps), parts, rows,
                              row_terms(rows)["prompt"]).transpose("chain", "draw", "obs")
 
     def capacity(self, parts, rows):
@@ -457,7 +456,7 @@ class RooflineModel(HierarchicalModel):
         """Each server's ``f`` and knee (the drafter's the same) and each configuration's
         ``C1``, ``C2`` (index: factorised codes of :attr:`rows`), by a grid over the servers'
         rooflines (:data:`F_GRID` times the prior's median ``f``, :data:`KNEE_GRID`), each
-        point's curves fitted by :func:`curve_fits`, the best point per server by its rows'
+        point's curves fitted by :func:`fit_curves`, the best point per server by its rows'
         squared log error. Computed once per model: a start far from the roofline (the
         prior's median, ``f`` halved until every row had a root) left chains of the example's
         fit in modes of their own (``f`` a third of the engine's)."""
@@ -472,7 +471,7 @@ class RooflineModel(HierarchicalModel):
             fits = None
             for scale in F_GRID:
                 for point in KNEE_GRID:
-                    trial, per_config = curve_fits(rows, codes, scale * centre[server], point)
+                    trial, per_config = fit_curves(rows, codes, scale * centre[server], point)
                     total = np.bincount(of_config, per_config, len(self.servers))
                     better = total < cost
                     cost = np.where(better, total, cost)
@@ -516,7 +515,7 @@ class RooflineModel(HierarchicalModel):
         return out | {"log_f": log_f, "log_knee": log_knee, "log_knee_d": log_knee}
 
 
-def curve_fits(rows: pd.DataFrame, codes: np.ndarray, f: np.ndarray, knee: float,
+def fit_curves(rows: pd.DataFrame, codes: np.ndarray, f: np.ndarray, knee: float,
                iterations: int = 30) -> tuple[pd.DataFrame, np.ndarray]:
     """Each configuration's ``C1``, ``C2`` under a given roofline (each row's ``f``, the
     knee of verifier and drafter ``knee``) by Levenberg–Marquardt on the rows' log latency,
