@@ -291,7 +291,7 @@ def row_terms(rows: pd.DataFrame) -> dict[str, np.ndarray]:
 
 class RooflineModel(HierarchicalModel):
     """Six per-stage coefficients with scaling priors, and each server's roofline: a compute
-    time per token and a knee (module docstring)."""
+    time per token and the verifier's and the drafter's knees (module docstring)."""
 
     variant = "roofline"
     parts = ROOFLINE_PARTS
