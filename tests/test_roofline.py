@@ -120,7 +120,7 @@ def _on_the_form(f_scale: float, knee: float):
     by = rows.groupby(codes)
     truth = pd.DataFrame({"C1": by["latency_mean"].min(), "C2": 0.3 / by["rps"].max()})
     terms = row_terms(rows)
-    f = f_scale * model.config.prior("token_compute")[0] * model.server_sizes()[
+    f = f_scale * model.config.prior("token_compute")[0] * model.server_sizes[
         model.server_index(rows)]
     lat = theory.roofline_latency(rows["rps"].to_numpy(), truth["C1"].to_numpy()[codes],
                                   truth["C2"].to_numpy()[codes], f, knee, terms["cycles"],
@@ -137,7 +137,7 @@ def test_the_start_finds_the_roofline_and_the_curves_of_data_on_the_form():
     df, truth = _on_the_form(f_scale, knee)
     model = get("roofline")(df)
     roofline, fits = model.roofline_start()
-    median = model.config.prior("token_compute")[0] * model.server_sizes()
+    median = model.config.prior("token_compute")[0] * model.server_sizes
     np.testing.assert_allclose(roofline["f"], f_scale * median)
     np.testing.assert_allclose(roofline["knee"], knee)
     np.testing.assert_allclose(fits[["C1", "C2"]], truth, rtol=1e-5)

@@ -275,9 +275,11 @@ class HierarchicalModel(LatencyModel):
         servers = schema.server_labels(first)
         self.servers = pd.Index(pd.unique(servers))
         self.server_idx = self.servers.get_indexer(servers)  # each group's server
-        self.contrasts = None if len(self.servers) < MIN_SERVERS else _contrasts(
-            first.groupby(servers.to_numpy(), sort=False)["verifier_params_b"].first()
-            .reindex(self.servers).to_numpy(float))
+        #: each server's verifier size (billions of parameters), in :attr:`servers` order
+        self.server_sizes = first.groupby(servers.to_numpy(), sort=False)[
+            "verifier_params_b"].first().reindex(self.servers).to_numpy(float)
+        self.contrasts = (None if len(self.servers) < MIN_SERVERS
+                          else _contrasts(self.server_sizes))
         self.scales, self.x = {}, {}
         for coef in self.coef_names:
             units = self.units[_dim(coef)]

@@ -324,13 +324,6 @@ class RooflineModel(HierarchicalModel):
     def coords(self):
         return super().coords() | {"server": self.servers.to_numpy()}
 
-    def server_sizes(self) -> np.ndarray:
-        """Each fitted server's verifier size (billions of parameters), in :attr:`servers`
-        order."""
-        first = self.rows.drop_duplicates("group")
-        return first.groupby(schema.server_labels(first).to_numpy(), sort=False)[
-            "verifier_params_b"].first().reindex(self.servers).to_numpy(float)
-
     def server_index(self, rows: pd.DataFrame) -> np.ndarray:
         """Each row's position among the fitted servers; a :class:`FitError` for a server the
         fit never measured (its roofline has no law across servers yet)."""
@@ -348,7 +341,7 @@ class RooflineModel(HierarchicalModel):
 
         out = super().coefficients(curves, data, dim)
         median, log_sd = self.config.prior("token_compute")
-        log_f = pm.Normal("log_f", np.log(median * self.server_sizes()), log_sd, dims="server")
+        log_f = pm.Normal("log_f", np.log(median * self.server_sizes), log_sd, dims="server")
         median, log_sd = self.config.prior("roofline_knee")
         knees = {name: pm.Normal(f"log_{name}", np.log(median), log_sd, dims="server")
                  for name in ("knee", "knee_d")}
@@ -465,7 +458,7 @@ class RooflineModel(HierarchicalModel):
             codes, _ = pd.factorize(rows["config"])
             server = self.server_index(rows)
             of_config = pd.Series(server).groupby(codes).first().to_numpy()
-            centre = self.config.prior("token_compute")[0] * self.server_sizes()
+            centre = self.config.prior("token_compute")[0] * self.server_sizes
             cost = np.full(len(self.servers), np.inf)
             f, knee = centre.copy(), np.full(len(self.servers), KNEE_GRID[0])
             fits = None
