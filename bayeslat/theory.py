@@ -385,36 +385,80 @@ def staircase_offset(smooth, rps, stall, dim: str):
 # a step.
 ARRIVALS = ("constant", "poisson")
 
+# Widths of the roofline form's two kinks (roofline_latency), each smoothed by a softplus so
+# that the latency's slope, and with it the roofline variant's scatter, moves continuously
+# with the parameters: a step's tokens past the knee (tokens; a batch of B requests verifying
+# k + 1 tokens each wanders by about (k + 1)·sqrt(B), tens of tokens, about its mean), and the
+# prompts that join a step between its floor and its ceiling (prompts).
+HINGE_WIDTH = 16.0
+COUNT_WIDTH = 0.02
+# Widths past which softplus is linear (or 0) to double precision: log1p(e^-37) < 1e-16.
+SOFTPLUS_LINEAR = 37.0
+
+
+def _hinge(t, width):
+    """``width·softplus(t/width)``, a smooth ``max(t, 0)``, and its derivative in ``t``."""
+    ops = _ops(t)
+    z = t / width
+    if ops is np:
+        from scipy.special import expit
+
+        return width * np.logaddexp(0.0, z), expit(z)
+    return width * ops.softplus(z), ops.sigmoid(z)
+
+
+def bend_window(prefill):
+    """Half-width (in prompts) of the window about the knee's crossing outside which the
+    smooth hinge's second differences in the prompt count vanish: its softplus is linear to
+    double precision past :data:`SOFTPLUS_LINEAR` widths."""
+    return 1 + int(np.ceil(SOFTPLUS_LINEAR * HINGE_WIDTH / prefill))
+
 
 def _prompt_excess(x, slope_x, m, slope_m, prefill, arrivals):
-    """``E[(x + m'·p)^+]`` over the prompts ``m'`` that join a step (mean ``m``) and its
-    derivative along ``L``, given ``x`` and ``m`` and their derivatives ``slope_x``,
-    ``slope_m`` along ``L``: evenly spaced arrivals bring ``floor(m)`` or ``floor(m) + 1``
-    prompts (in the proportions that make their mean ``m``), Poisson ones a Poisson count."""
+    """``E[h(x + m'·p)]`` over the prompts ``m'`` that join a step (mean ``m``), ``h`` the
+    smooth hinge of :data:`HINGE_WIDTH`, and its derivative along ``L``, given ``x`` and
+    ``m`` and their derivatives ``slope_x``, ``slope_m`` along ``L``. Evenly spaced arrivals
+    bring ``floor(m)`` or ``floor(m) + 1`` prompts, in the proportions that make their mean
+    ``m``: the line through ``g(j) = h(x + j·p)`` at the integers, written as
+    ``g(0) + (g(1) − g(0))·m + Σ_{n≥1} (g(n+1) − 2g(n) + g(n−1))·(m − n)^+`` with each
+    ``(m − n)^+`` smoothed to :data:`COUNT_WIDTH`; the bends ``g(n+1) − 2g(n) + g(n−1)``
+    vanish but within :func:`bend_window` of the knee's crossing ``n = −x/p``. Poisson
+    arrivals bring a Poisson count. ``m`` and ``p`` are NumPy; ``x`` may be a tensor."""
+    ops = _ops(x)
     if arrivals == "constant":
-        ops = _ops(x, m, prefill)  # tensors too: the roofline variant's ceilings
-        lo = ops.floor(m)
-        w = m - lo
-        below, above = x + lo * prefill, x + (lo + 1.0) * prefill
-        value = (1.0 - w) * ops.maximum(below, 0.0) + w * ops.maximum(above, 0.0)
-        slope = (((1.0 - w) * (below > 0) + w * (above > 0)) * slope_x
-                 + (ops.maximum(above, 0.0) - ops.maximum(below, 0.0)) * slope_m)
-        return value, slope
+        (g0, d0), (g1, d1) = _hinge(x, HINGE_WIDTH), _hinge(x + prefill, HINGE_WIDTH)
+        value, d_x, d_m = g0 + (g1 - g0) * m, d0 + (d1 - d0) * m, g1 - g0
+        prefill = np.broadcast_to(prefill, np.shape(m))
+        if (prefill > 0).any():
+            half = bend_window(prefill[prefill > 0].min())
+            at = np.where(prefill > 0, prefill, 1.0)[..., None]
+            cross = ops.floor(-ops.expand_dims(x, -1) / at)
+            n = cross + np.arange(-half, half + 2)  # the counts whose bends can be non-zero
+            mm = m[..., None]
+            real = (n >= 1) & (n <= mm + 2) & (prefill[..., None] > 0)
+            (lo, d_lo), (mid, d_mid), (hi, d_hi) = (
+                _hinge(ops.expand_dims(x, -1) + (n + j) * at, HINGE_WIDTH) for j in (-1, 0, 1))
+            ramp, d_ramp = _hinge(mm - n, COUNT_WIDTH)
+            bend = ops.where(real, hi - 2.0 * mid + lo, 0.0)
+            value = value + (bend * ramp).sum(-1)
+            d_x = d_x + (ops.where(real, d_hi - 2.0 * d_mid + d_lo, 0.0) * ramp).sum(-1)
+            d_m = d_m + (bend * d_ramp).sum(-1)
+        return value, d_x * slope_x + d_m * slope_m
     from scipy.special import gammaln
 
     # the counts within 10 standard deviations and a dozen of the mean carry all the mass
     half = int(np.ceil(10.0 * np.sqrt(float(np.max(m, initial=0.0))) + 12.0))
     mm = m[..., None]
     j = np.floor(mm) + np.arange(-half, half + 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         weight = np.exp(j * np.log(mm) - mm - gammaln(np.maximum(j, 0.0) + 1.0))
     weight = np.where(j < 0, 0.0, np.where(mm > 0, weight, j == 0))
     tokens = x[..., None] + j * prefill[..., None]
-    excess = np.maximum(tokens, 0.0)
+    excess, on = _hinge(tokens, HINGE_WIDTH)
     # d/dμ E[φ(m')] = E[φ(m' + 1) − φ(m')] for a Poisson count m' of mean μ
-    step = np.maximum(tokens + prefill[..., None], 0.0) - excess
+    step = _hinge(tokens + prefill[..., None], HINGE_WIDTH)[0] - excess
     value = (weight * excess).sum(-1)
-    slope = (weight * (tokens > 0)).sum(-1) * slope_x + (weight * step).sum(-1) * slope_m
+    slope = (weight * on).sum(-1) * slope_x + (weight * step).sum(-1) * slope_m
     return value, slope
 
 
@@ -462,7 +506,14 @@ def roofline_latency(rps, c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=N
 
     the expectation over the prompts ``m`` a step carries: ``floor(m̄)`` or ``floor(m̄) + 1``
     for evenly spaced arrivals (GuideLLM's constant rate), Poisson for Poisson ones. ``L`` is
-    the smallest root (Newton's method from ``C1``: the right side is convex in ``L``). With
+    the smallest root (Newton's method from the paper's root, which is below it: the right
+    side is convex in ``L``). The
+    form's corners are rounded a little, ``(·)^+`` to a softplus :data:`HINGE_WIDTH` tokens
+    wide and the floor-and-ceiling mixture's corners at whole prompts to :data:`COUNT_WIDTH`
+    of a prompt, so that its slope, and the ``roofline`` variant's scatter with it, moves
+    continuously with the parameters (a sampler's step across a corner otherwise jumps the
+    log density); they move the predictions checked against the engine below by at most
+    0.2 points. With
     ``f = f_d = 0`` it is the paper's :math:`C_1/(1 - \mathrm{rps}\,C_2)`; below the knee the
     prompts cost nothing, so the curve bends where a step's tokens first pass ``T*`` (short
     drafts at large batches, long drafts early) and becomes the compute-bound line past it.
@@ -531,10 +582,13 @@ def roofline_amplification(rps, c1, c2, f, knee, cycles, k, prefill, f_d=0.0, kn
 
 def _newton(rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee_d, *, arrivals, batch_cap,
             iterations):
-    """:func:`roofline_latency` on broadcast arrays: Newton's method from ``C1``."""
-    lat = c1.copy()
-    steady = np.isfinite(lat)
+    """:func:`roofline_latency` on broadcast arrays: Newton's method from the paper's root,
+    below the form's (``F ≥ C1 + C2·B``; none where that line has none)."""
+    steady = rps * c2 < 1.0
+    lat = np.where(steady, c1 / np.where(steady, 1.0 - rps * c2, 1.0), c1)
     per_step = rps / cycles  # prompts a step per second of latency
+    with np.errstate(divide="ignore"):
+        full = np.nextafter(batch_cap / rps, np.inf)  # a latency past which the batch is full
     for _ in range(iterations):
         side, slope = _right_side(rps * lat, per_step * lat, rps, per_step, c1, c2, f, knee,
                                   cycles, k, prefill, f_d, knee_d, arrivals)
@@ -542,8 +596,11 @@ def _newton(rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee_d, *, arrivals, 
         # from below a root the convex gap falls; where it no longer does, none is ahead
         steady &= (slope < 0) | (gap <= 1e-12 * lat)
         move = np.where(steady & (gap > 1e-12 * lat), -gap / np.where(slope < 0, slope, -1.0), 0)
-        lat = lat + move
-        if not move.any():
+        # a root past the full batch is no steady state: stop there (its prompt counts, and
+        # the sums over them, would grow without bound)
+        lat = np.minimum(lat + move, full)
+        steady &= lat < full
+        if not (move * steady).any():
             break
     return np.where(steady & (rps * lat <= batch_cap), lat, np.inf)
 
@@ -569,24 +626,36 @@ def roofline_throughput(c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=Non
 
 
 def roofline_capacity(c1, c2, f, knee, cycles, k, prefill, f_d=0.0, knee_d=None,
-                      arrivals="constant", batch_cap=BATCH_CAP, iterations=60):
+                      arrivals="constant", batch_cap=BATCH_CAP, iterations=50):
     r"""The rate (req/s) up to which :func:`roofline_latency` has a steady state: where its
     batch reaches ``batch_cap``, or earlier where its smallest root meets the next (the right
-    side, convex in ``L``, no longer comes down to ``L``). By bisection on the rate, below
-    ``batch_cap/C1`` (the batch of a request alone in the server); the steady state's
-    existence falls with the rate, since the right side grows with it at every ``L``."""
+    side, convex in ``L``, no longer comes down to ``L``).
 
-    def bisect(c1, *constants):
-        lo, hi = np.zeros(c1.shape), batch_cap / c1
+    The right side ``F`` depends on ``L`` only through the batch ``B = rps·L`` (and the
+    prompts ``B/n`` a step), so a steady state at rate ``r`` is a batch with
+    :math:`r = B/F(B)`. With ``F`` convex, :math:`B F'(B) - F(B)` grows with ``B`` from
+    :math:`-C_1`: :math:`B/F(B)` rises to one peak and falls past it. The capacity is that
+    peak (bisection on the sign of :math:`B F' - F`), or the full batch's rate
+    :func:`roofline_throughput` where the batch fills before it."""
+
+    def peak(c1, c2, f, knee, cycles, k, prefill, f_d, knee_d):
+        def side(batch):
+            return _right_side(batch, batch / cycles, 1.0, 1.0 / cycles, c1, c2, f, knee,
+                               cycles, k, prefill, f_d, knee_d, arrivals)
+
+        lo, hi = np.zeros(c1.shape), np.full(c1.shape, float(batch_cap))
+        value, slope = side(hi)
+        before = hi * slope > value  # the peak comes before the batch fills
         for _ in range(iterations):
             mid = 0.5 * (lo + hi)
-            steady = np.isfinite(_newton(mid, c1, *constants, arrivals=arrivals,
-                                         batch_cap=batch_cap, iterations=200))
-            lo, hi = np.where(steady, mid, lo), np.where(steady, hi, mid)
-        return lo
+            value, slope = side(mid)
+            past = mid * slope > value
+            lo, hi = np.where(past, lo, mid), np.where(past, mid, hi)
+        batch = np.where(before, 0.5 * (lo + hi), batch_cap)
+        return batch / side(batch)[0]
 
-    return _on_arrays(bisect, (c1, c2, f, knee, cycles, k, prefill, f_d,
-                               knee if knee_d is None else knee_d))
+    return _on_arrays(peak, (c1, c2, f, knee, cycles, k, prefill, f_d,
+                             knee if knee_d is None else knee_d))
 
 
 def capacity(c2, c3=0.0):

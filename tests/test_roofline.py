@@ -45,7 +45,8 @@ ARGS = ("rps", *PARAMS, "cycles", "k", "prefill", "ratio")
 @pytest.mark.parametrize("arrivals", theory.ARRIVALS)
 def test_the_compiled_root_is_the_theorys_and_its_gradients_the_finite_differences(arrivals):
     """The root and its amplification against :mod:`bayeslat.theory`, and the gradient of
-    both against central differences (in elasticities, except at the form's kinks)."""
+    both against central differences (in elasticities; the form's corners are rounded, so
+    every row but those at their wall, where rounding swamps the differences)."""
     s = _settings(400, seed=1)
     poisson = np.full(400, float(arrivals == "poisson"))
     log_lat, amp, grad, grad_amp = solve(*[s[n] for n in ARGS], poisson)
@@ -68,10 +69,37 @@ def test_the_compiled_root_is_the_theorys_and_its_gradients_the_finite_differenc
         with np.errstate(invalid="ignore"):  # inf − inf where a move crosses the wall
             numeric = [(moved[0][i] - moved[1][i]) / 2e-6 for i in (0, 1)]  # d/d log θ
         for exact, fd in ((grad[:, j], numeric[0]), (grad_amp[:, j], numeric[1])):
-            ok = steady & np.isfinite(fd)
+            ok = steady & np.isfinite(fd) & (amp < 10.0)
             close = np.abs(exact[ok] * s[name][ok] - fd[ok]) < 1e-5 + 1e-4 * np.abs(fd[ok])
-            assert close.mean() > 0.97, name
+            assert close.all(), name
             assert np.abs(exact).max() > 0  # each parameter moves some row
+
+
+@pytest.mark.parametrize(("cycles", "f", "top"), [(100.0, 1e-5, 95.0), (400.0, 2e-6, 130.0)],
+                         ids=["a whole prompt", "the knee"])
+def test_the_amplification_moves_continuously_across_the_forms_corners(cycles, f, top,
+                                                                        monkeypatch):
+    """A row whose load crosses a corner of the form (``m`` = 1 prompt a step with the
+    tokens below the knee; the knee with fewer than one prompt a step) on rates 0.05% apart:
+    the smoothed form's amplification, the kernel's as the theory's, moves by less than 0.01
+    a step, where the sharp form's (widths to 0) jumps by more than 0.2."""
+    form = {"c1": 1.0, "c2": 2e-3, "f": f, "knee": 400.0, "cycles": cycles, "k": 2.0,
+            "prefill": 256.0}
+    rps = np.geomspace(50.0, top, 2000)
+    lat = theory.roofline_latency(rps, **form)
+    assert np.isfinite(lat).all()
+    batch = rps * lat
+    assert (np.diff(np.sign(batch / cycles - 1.0)).any()
+            or np.diff(np.sign(3.0 * batch - 400.0)).any())  # a corner is crossed
+    amp = theory.roofline_amplification(rps, **form)
+    ones = np.ones_like(rps)
+    kernel = solve(rps, *(form[n] * ones for n in ("c1", "c2", "f", "knee", "knee")),
+                   *(form[n] * ones for n in ("cycles", "k", "prefill")), 0 * ones, 0 * ones)
+    np.testing.assert_allclose(kernel[1], amp, rtol=1e-8)
+    assert np.abs(np.diff(amp)).max() < 0.01
+    monkeypatch.setattr(theory, "HINGE_WIDTH", 1e-9)
+    monkeypatch.setattr(theory, "COUNT_WIDTH", 1e-9)
+    assert np.abs(np.diff(theory.roofline_amplification(rps, **form))).max() > 0.2
 
 
 def test_the_op_has_the_kernels_gradients_in_python_and_numba_modes():

@@ -407,15 +407,26 @@ def test_a_prefill_past_its_knee_costs_its_excess_tokens_and_below_it_nothing():
     np.testing.assert_allclose(tensor, got, rtol=1e-12)
 
 
-def _root_by_scan(rps, c1, c2, f, knee, cycles, k, prefill, f_d, arrivals):
+@pytest.fixture(params=["rounded", "sharp"])
+def corners(request, monkeypatch):
+    """The roofline form as the models use it (its corners rounded), or in its sharp limit,
+    the form checked against the engine (tests/test_simulate_theory.py)."""
+    if request.param == "sharp":
+        monkeypatch.setattr(theory, "HINGE_WIDTH", 1e-9)
+        monkeypatch.setattr(theory, "COUNT_WIDTH", 1e-9)
+    return request.param
+
+
+def _root_by_scan(rps, c1, c2, f, knee, cycles, k, prefill, f_d, arrivals, corners):
     """The smallest root of ``roofline_latency``'s fixed point by a fine scan of its gap
     (``inf`` where the gap never falls to 0 below the batch cap), refined by bisection."""
     grid = np.linspace(c1, theory.BATCH_CAP / rps, 20001)
 
     def gap(lat):
+        args = (rps * lat / cycles, prefill, arrivals, corners)
         return c1 + c2 * rps * lat + cycles * (
-            f * _excess(rps * lat * (k + 1) - knee, rps * lat / cycles, prefill, arrivals)
-            + f_d * _excess(rps * lat - knee, rps * lat / cycles, prefill, arrivals)) - lat
+            f * _excess(rps * lat * (k + 1) - knee, *args)
+            + f_d * _excess(rps * lat - knee, *args)) - lat
 
     values = gap(grid)
     below = np.flatnonzero(values <= 0)
@@ -428,18 +439,27 @@ def _root_by_scan(rps, c1, c2, f, knee, cycles, k, prefill, f_d, arrivals):
     return hi
 
 
-def _excess(x, m, prefill, arrivals):
+def _excess(x, m, prefill, arrivals, corners):
     """``E[(x + m'·p)^+]`` written out: the prompts per step between ``floor(m)`` and its next
-    integer, or Poisson."""
+    integer, or Poisson. Rounded: ``(·)^+`` a softplus, and the line between the counts with
+    each whole count's corner ``c_n·(m − n)^+`` replaced by ``c_n·w·softplus((m − n)/w)``."""
     from scipy.stats import poisson
+
+    def plus(t, width=theory.HINGE_WIDTH):
+        return width * np.logaddexp(0, t / width) if corners == "rounded" else np.maximum(t, 0)
 
     x, m = np.broadcast_arrays(np.asarray(x, float), np.asarray(m, float))
     if arrivals == "constant":
         lo = np.floor(m)
-        return ((1 - (m - lo)) * np.maximum(x + lo * prefill, 0)
-                + (m - lo) * np.maximum(x + (lo + 1) * prefill, 0))
+        out = (1 - (m - lo)) * plus(x + lo * prefill) + (m - lo) * plus(x + (lo + 1) * prefill)
+        if corners == "rounded":
+            for n in range(1, int(m.max()) + 3):
+                corner = (plus(x + (n + 1) * prefill) - 2 * plus(x + n * prefill)
+                          + plus(x + (n - 1) * prefill))
+                out = out + corner * (plus(m - n, theory.COUNT_WIDTH) - np.maximum(m - n, 0))
+        return out
     j = np.arange(80)
-    return (poisson.pmf(j, m[..., None]) * np.maximum(x[..., None] + j * prefill, 0)).sum(-1)
+    return (poisson.pmf(j, m[..., None]) * plus(x[..., None] + j * prefill)).sum(-1)
 
 
 def test_the_roofline_form_without_arithmetic_past_the_knee_is_the_papers_curve():
@@ -457,7 +477,7 @@ def test_the_roofline_form_without_arithmetic_past_the_knee_is_the_papers_curve(
 
 
 @pytest.mark.parametrize("arrivals", theory.ARRIVALS)
-def test_the_roofline_latency_is_the_smallest_root_of_its_fixed_point(arrivals):
+def test_the_roofline_latency_is_the_smallest_root_of_its_fixed_point(arrivals, corners):
     """Against a scan of the fixed point's gap: random memory lines, compute costs, knees,
     draft lengths and prompts, up to and past the capacity."""
     rng, steady = np.random.default_rng(7), 0
@@ -471,7 +491,7 @@ def test_the_roofline_latency_is_the_smallest_root_of_its_fixed_point(arrivals):
         rps = rng.uniform(0.05, 1.2) * top
         got = theory.roofline_latency(rps, c1, c2, f, knee, cycles, k, prefill, f_d,
                                       arrivals=arrivals)
-        want = _root_by_scan(rps, c1, c2, f, knee, cycles, k, prefill, f_d, arrivals)
+        want = _root_by_scan(rps, c1, c2, f, knee, cycles, k, prefill, f_d, arrivals, corners)
         if np.isinf(want):
             assert np.isinf(got)
         else:
@@ -505,11 +525,12 @@ def test_random_prompts_cost_more_than_evenly_spaced_ones_and_dims_are_kept():
 
 
 @pytest.mark.parametrize("arrivals", theory.ARRIVALS)
-def test_the_roofline_capacity_is_where_the_batch_fills(arrivals):
+def test_the_roofline_capacity_is_where_the_batch_fills(arrivals, corners):
     """Just below ``roofline_capacity`` there is a steady state, just above none. With these
     constants the drafts' batch fills (it is the cap just below), while the baseline meets its
-    fold first (evenly spaced, at 128 running requests, where each of its steps takes a whole
-    prompt and past which its right side rises faster than ``L``)."""
+    fold first (evenly spaced, at 128 running requests in the sharp form, where each of its
+    steps takes a whole prompt and past which its right side rises faster than ``L``; the
+    rounded corner brings the fold a few requests sooner)."""
     k = np.array([0, 1, 2, 6])
     cycles = 128 / theory.tokens_per_cycle(0.75, k)
     args = (0.5, 0.003, 2.7e-5, 221.0, cycles, k, 256.0, np.where(k > 0, 1.35e-6, 0.0))
@@ -522,4 +543,4 @@ def test_the_roofline_capacity_is_where_the_batch_fills(arrivals):
     np.testing.assert_allclose(batch[1:], theory.BATCH_CAP, rtol=1e-6)
     assert batch[0] < 200
     if arrivals == "constant":
-        assert batch[0] == pytest.approx(128.0, rel=1e-3)
+        assert batch[0] == pytest.approx(128.0, rel=1e-3 if corners == "sharp" else 0.03)

@@ -45,11 +45,14 @@ ceiling_likelihood`. The batch's cap is :data:`~bayeslat.theory.BATCH_CAP` (vLLM
 ``max_num_seqs``): where the KV cache binds first (a long context on a large model) the
 ceiling sits below it, which this variant does not yet read.
 
-The likelihood is the base's Student-t on each row's log latency. Each row's root is found in
-compiled code (:func:`solve`: Newton's method from ``C1``; the right side is convex in ``L``)
-with its gradient by the implicit function theorem, ``dL/dθ = (∂F/∂θ)/(1 − ∂F/∂L)``
-(:class:`RooflineLatency`). A proposal whose fixed point has no root at an observed rate has
-log density ``-inf`` (the sampler rejects it).
+The likelihood is the base's Student-t on each row's log latency. The form's corners
+(``(·)^+`` at the knees, the whole prompts of the floor-and-ceiling mixture) are rounded as in
+the theory (:data:`~bayeslat.theory.HINGE_WIDTH`, :data:`~bayeslat.theory.COUNT_WIDTH`):
+sharp, a row's scale jumps where its load crosses one, and the sampler's steps shrank a
+thousandfold. Each row's root is found in compiled code (:func:`solve`: Newton's method from
+the paper's root; the right side is convex in ``L``) with its gradient by the implicit
+function theorem, ``dL/dθ = (∂F/∂θ)/(1 − ∂F/∂L)`` (:class:`RooflineLatency`). A proposal whose
+fixed point has no root at an observed rate has log density ``-inf`` (the sampler rejects it).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from bayeslat.errors import FitError, NumericalError
 from bayeslat.models.capacity import CAPACITY_STALL
 from bayeslat.models.hierarchical import HierarchicalModel, _dim
 from bayeslat.scaling import ScalingConfig
+from bayeslat.theory import COUNT_WIDTH, HINGE_WIDTH, SOFTPLUS_LINEAR
 
 # The parts of a row: its curve's memory-bound line, its server's roofline.
 ROOFLINE_PARTS = ("C1", "C2", "f", "knee", "knee_d")
@@ -88,39 +92,81 @@ ITERATIONS = 100
 
 
 @numba.njit(cache=True)
-def _excess(x, m, prefill, poisson):
-    """``V = E[(x + m'·p)^+]`` over the prompts ``m'`` that join a step (mean ``m``) and its
-    derivatives ``V_x`` (the share of steps past the knee), ``V_m``, ``V_xm`` and ``V_mm``
-    (``V_xx`` is 0 but at kinks): :func:`bayeslat.theory._prompt_excess` in compiled code,
-    with the second derivatives the amplification's gradient needs."""
-    if not poisson:
-        lo = math.floor(m)
-        w = m - lo
-        below, above = x + lo * prefill, x + (lo + 1.0) * prefill
-        on = (1.0 - w) * (below > 0) + w * (above > 0)
-        return ((1.0 - w) * max(below, 0.0) + w * max(above, 0.0), on,
-                max(above, 0.0) - max(below, 0.0), 1.0 * (above > 0) - 1.0 * (below > 0), 0.0)
-    # Poisson: d/dm E[φ(m')] = E[φ(m' + 1) − φ(m')]; the counts within ten standard deviations
-    # and a dozen of the mean carry all the mass (m = 0: all of it at 0)
-    half = int(math.ceil(10.0 * math.sqrt(max(m, 0.0)) + 12.0))
-    mode = int(math.floor(max(m, 0.0)))
-    value = on = step = cross = curv = 0.0
-    for j in range(max(0, mode - half), mode + half + 1):
-        if m > 0.0:
-            weight = math.exp(j * math.log(m) - m - math.lgamma(j + 1.0))
-        else:
-            weight = 1.0 if j == 0 else 0.0
-        t0, t1, t2 = x + j * prefill, x + (j + 1.0) * prefill, x + (j + 2.0) * prefill
-        value += weight * max(t0, 0.0)
-        on += weight * (t0 > 0)
-        step += weight * (max(t1, 0.0) - max(t0, 0.0))
-        cross += weight * ((t1 > 0) - 1.0 * (t0 > 0))
-        curv += weight * (max(t2, 0.0) - 2.0 * max(t1, 0.0) + max(t0, 0.0))
-    return value, on, step, cross, curv
+def _hinge(t, width):
+    """``width·softplus(t/width)`` (:func:`bayeslat.theory._hinge`) and its first and second
+    derivatives in ``t``; exactly ``0`` or ``t`` past :data:`~bayeslat.theory.SOFTPLUS_LINEAR`
+    widths, which is most rows and terms."""
+    z = t / width
+    if z < -SOFTPLUS_LINEAR:
+        return 0.0, 0.0, 0.0
+    if z > SOFTPLUS_LINEAR:
+        return t, 1.0, 0.0
+    e = math.exp(-abs(z))
+    on = 1.0 / (1.0 + e) if z >= 0.0 else e / (1.0 + e)
+    return width * (max(z, 0.0) + math.log1p(e)), on, on * (1.0 - on) / width
 
 
 @numba.njit(cache=True)
-def _side(lat, rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson):
+def _excess(x, m, prefill, poisson, hinge, count):
+    """``V = E[h(x + m'·p)]`` over the prompts ``m'`` that join a step (mean ``m``) and its
+    derivatives ``V_x`` (about the share of steps past the knee), ``V_m``, ``V_xm``, ``V_mm``
+    and ``V_xx``: :func:`bayeslat.theory._prompt_excess` in compiled code, with the second
+    derivatives the amplification's gradient needs."""
+    a = _hinge(x, hinge)  # g(j), g(j + 1), g(j + 2) as the sums walk up the counts
+    b = _hinge(x + prefill, hinge)
+    if not poisson:  # the line through the g(j) with its corners smoothed (theory)
+        value, vx, vxx = a[0] + (b[0] - a[0]) * m, a[1] + (b[1] - a[1]) * m, a[2] + (
+            b[2] - a[2]) * m
+        vm, vxm, vmm = b[0] - a[0], b[1] - a[1], 0.0
+        if prefill <= 0.0:
+            return value, vx, vm, vxm, vmm, vxx
+        # the bends vanish but near the knee's crossing, n = -x/p (theory.bend_window)
+        half = 1 + int(math.ceil(SOFTPLUS_LINEAR * hinge / prefill))
+        cross = math.floor(-x / prefill)
+        n = max(1.0, cross - half)
+        if n > 1.0:
+            a = _hinge(x + (n - 1.0) * prefill, hinge)
+            b = _hinge(x + n * prefill, hinge)
+        while n <= cross + half + 1.0:
+            ramp, d_ramp, dd_ramp = _hinge(m - n, count)
+            if ramp == 0.0:  # and for every count past this one
+                break
+            c = _hinge(x + (n + 1.0) * prefill, hinge)
+            bend, bend_x, bend_xx = (c[0] - 2.0 * b[0] + a[0], c[1] - 2.0 * b[1] + a[1],
+                                     c[2] - 2.0 * b[2] + a[2])
+            value += bend * ramp
+            vx += bend_x * ramp
+            vxx += bend_xx * ramp
+            vm += bend * d_ramp
+            vxm += bend_x * d_ramp
+            vmm += bend * dd_ramp
+            a, b = b, c
+            n += 1.0
+        return value, vx, vm, vxm, vmm, vxx
+    # Poisson: d/dm E[φ(m')] = E[φ(m' + 1) − φ(m')]; the counts within ten standard deviations
+    # and a dozen of the mean carry all the mass (m = 0: all of it at 0)
+    half = int(math.ceil(10.0 * math.sqrt(max(m, 0.0)) + 12.0))
+    first = max(0, int(math.floor(max(m, 0.0))) - half)
+    if first > 0:
+        a = _hinge(x + first * prefill, hinge)
+        b = _hinge(x + (first + 1.0) * prefill, hinge)
+    weight = math.exp(first * math.log(m) - m - math.lgamma(first + 1.0)) if m > 0.0 else 1.0
+    value = vx = vm = vxm = vmm = vxx = 0.0
+    for j in range(first, first + 2 * half + 1):
+        c = _hinge(x + (j + 2.0) * prefill, hinge)
+        value += weight * a[0]
+        vx += weight * a[1]
+        vxx += weight * a[2]
+        vm += weight * (b[0] - a[0])
+        vxm += weight * (b[1] - a[1])
+        vmm += weight * (c[0] - 2.0 * b[0] + a[0])
+        weight *= m / (j + 1.0)  # the next count's
+        a, b = b, c
+    return value, vx, vm, vxm, vmm, vxx
+
+
+@numba.njit(cache=True)
+def _side(lat, rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson, hinge, count):
     """The fixed point's right side ``F(L)``; its slope ``S = ∂F/∂L``; ``∂F/∂`` ``c2``,
     ``f``, ``knee``, ``knee_d`` (``∂F/∂c1`` is 1); ``∂S/∂L`` and ``∂S/∂`` ``knee``,
     ``knee_d`` (``∂S/∂c2 = rps``, ``∂S/∂f = (S − c2·rps)/f``, ``∂S/∂c1 = 0``)."""
@@ -129,37 +175,50 @@ def _side(lat, rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson)
     m = batch / cycles
     # the verifier's tokens move by rps·(k+1) along L, the drafter's first pass's by rps
     dv, dd = rps * (k + 1.0), rps
-    v, on_v, step_v, cross_v, curv_v = _excess(batch * (k + 1.0) - knee, m, prefill, poisson)
-    d, on_d, step_d, cross_d, curv_d = _excess(batch - knee_d, m, prefill, poisson)
-    slope = c2 * rps + cycles * f * (dv * on_v + per_step * step_v
-                                     + ratio * (dd * on_d + per_step * step_d))
-    s_lat = cycles * f * (2.0 * dv * per_step * cross_v + per_step * per_step * curv_v
-                          + ratio * (2.0 * dd * per_step * cross_d
-                                     + per_step * per_step * curv_d))
+    v, vx, vm, vxm, vmm, vxx = _excess(batch * (k + 1.0) - knee, m, prefill, poisson, hinge,
+                                       count)
+    d, dx, dm, dxm, dmm, dxx = _excess(batch - knee_d, m, prefill, poisson, hinge, count)
+    slope = c2 * rps + cycles * f * (dv * vx + per_step * vm + ratio * (dd * dx + per_step * dm))
+    s_lat = cycles * f * (dv * dv * vxx + 2.0 * dv * per_step * vxm + per_step * per_step * vmm
+                          + ratio * (dd * dd * dxx + 2.0 * dd * per_step * dxm
+                                     + per_step * per_step * dmm))
     return (c1 + c2 * batch + cycles * f * (v + ratio * d), slope, batch,
-            cycles * (v + ratio * d), -cycles * f * on_v, -cycles * f * ratio * on_d, s_lat,
-            -f * rps * cross_v, -f * rps * ratio * cross_d)
+            cycles * (v + ratio * d), -cycles * f * vx, -cycles * f * ratio * dx, s_lat,
+            -cycles * f * (dv * vxx + per_step * vxm),
+            -cycles * f * ratio * (dd * dxx + per_step * dxm))
+
+
+def solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson):
+    """Each row's log latency, the smallest root of ``L = F(L)`` (Newton's method from the
+    paper's root ``C1/(1 − rps·C2)``, below it; ``inf`` where no root is ahead), its
+    amplification ``A = S/(1 − S)`` (``S`` the right side's slope at the root: how much more
+    than in proportion the latency moves when every step's cost does; 0 at zero load), and the
+    gradients of both with respect to ``c1``, ``c2``, ``f``, ``knee`` and ``knee_d`` (rows × 5:
+    ``d log L/dθ`` and ``dA/dθ``; 0 where there is no root), the form's corners rounded to
+    :data:`~bayeslat.theory.HINGE_WIDTH` and :data:`~bayeslat.theory.COUNT_WIDTH`. By the
+    implicit function theorem, ``dL/dθ = (∂F/∂θ)/(1 − S)`` and
+    ``dS/dθ = ∂S/∂θ + (∂S/∂L)·dL/dθ``."""
+    return _solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson,
+                  HINGE_WIDTH, COUNT_WIDTH)
 
 
 @numba.njit(cache=True)
-def solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson):
-    """Each row's log latency, the smallest root of ``L = F(L)`` (Newton's method from
-    ``C1``; ``inf`` where no root is ahead), its amplification ``A = S/(1 − S)`` (``S`` the
-    right side's slope at the root: how much more than in proportion the latency moves when
-    every step's cost does; 0 at zero load), and the gradients of both with respect to
-    ``c1``, ``c2``, ``f``, ``knee`` and ``knee_d`` (rows × 5: ``d log L/dθ`` and ``dA/dθ``;
-    0 where there is no root). By the implicit function theorem,
-    ``dL/dθ = (∂F/∂θ)/(1 − S)`` and ``dS/dθ = ∂S/∂θ + (∂S/∂L)·dL/dθ``."""
+def _solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson, hinge, count):
+    """:func:`solve` with the widths as arguments: numba's disk cache keys a function on its
+    own file, so a global read from :mod:`bayeslat.theory` would stay what it was compiled
+    with (:data:`~bayeslat.theory.SOFTPLUS_LINEAR`, a property of doubles, is read so)."""
     n = rps.shape[0]
     out, amp = np.empty(n), np.zeros(n)
     grad, grad_amp = np.zeros((n, 5)), np.zeros((n, 5))
     for i in range(n):
-        lat = c1[i]
+        # from the paper's root, below the form's (F ≥ C1 + C2·B), which is most rows' own
+        # where no step passes a knee; none where the memory line alone has none
         found = False
-        for _ in range(ITERATIONS):
+        lat = c1[i] / (1.0 - rps[i] * c2[i]) if rps[i] * c2[i] < 1.0 else np.inf
+        for _ in range(ITERATIONS if lat < np.inf else 0):
             side, s, g2, gf, gk, gd, s_lat, s_k, s_kd = _side(
                 lat, rps[i], c1[i], c2[i], f[i], knee[i], knee_d[i], cycles[i], k[i],
-                prefill[i], ratio[i], poisson[i] > 0)
+                prefill[i], ratio[i], poisson[i] > 0, hinge, count)
             gap = side - lat
             if abs(gap) <= 1e-13 * lat:
                 found = s < 1.0
@@ -246,17 +305,17 @@ def _register(cls) -> None:
     from pytensor.link.numba.dispatch import basic
 
     source = "".join(inspect.getsource(getattr(f, "py_func", f))
-                     for f in (_excess, _side, solve, _outputs))
+                     for f in (_hinge, _excess, _side, _solve, _outputs))
     key = hashlib.sha256(source.encode()).hexdigest()[:16]
 
     @numba.njit
     def fused(c1, c2, f, knee, knee_d, rps, cycles, k, prefill, ratio, poisson):
-        return _outputs(*solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio,
-                               poisson))
+        return _outputs(*_solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio,
+                                poisson, HINGE_WIDTH, COUNT_WIDTH))
 
     @basic.register_funcify_and_cache_key(cls)
     def _funcify(op, node, **kwargs):
-        return fused, f"bayeslat-roofline-{key}-{ITERATIONS}"
+        return fused, f"bayeslat-roofline-{key}-{ITERATIONS}-{HINGE_WIDTH}-{COUNT_WIDTH}"
 
 
 def log_latency(parts: dict, data: dict):
@@ -556,4 +615,3 @@ def fit_curves(rows: pd.DataFrame, codes: np.ndarray, f: np.ndarray, knee: float
         cost = np.where(better, t_cost, cost)
     fits = pd.DataFrame({"C1": np.exp(theta[:, 0]), "C2": np.exp(theta[:, 1])})
     return fits, cost
-
