@@ -124,7 +124,7 @@ import xarray as xr
 
 from bayeslat import theory
 from bayeslat.data import schema
-from bayeslat.errors import FitError, InputError
+from bayeslat.errors import InputError
 from bayeslat.models.base import capacity_terms, full_coefficients, prepare
 
 SAMPLE = "sample"
@@ -404,8 +404,12 @@ def hurt_onset_draws(c1: xr.DataArray, c2: xr.DataArray, c3=None, q=None,
     hurts above (with the compute wall: the first crossing, which comes at the latest at SD's
     own capacity), ``inf`` where it never hurts below the baseline's capacity.
     """
+    return _onset(c1, c2, break_even_draws(c1, c2, c3, q, p))
+
+
+def _onset(c1: xr.DataArray, c2: xr.DataArray, star: xr.DataArray) -> xr.DataArray:
+    """:func:`hurt_onset_draws` from the RPS* draws ``star``."""
     c1r, _ = theory.ratios(c1.sel(k=0), c2.sel(k=0), c1, c2)
-    star = break_even_draws(c1, c2, c3, q, p)
     return xr.where(c1r > 1, 0.0, star.fillna(np.inf)).rename("hurt_onset")
 
 
@@ -424,7 +428,8 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
             quantile: float = 0.05, latency: xr.DataArray | None = None, *,
             c3: xr.DataArray | None = None, q: xr.DataArray | None = None,
             p: xr.DataArray | None = None, max_saturated: float = MAX_SATURATED, measured=None,
-            ceiling=None,
+            ceiling=None, capacity: xr.DataArray | None = None,
+            rps_star: xr.DataArray | None = None,
             measured_config: xr.DataArray | None = None, misfit: xr.DataArray | None = None,
             discrepancy: xr.DataArray | None = None) -> xr.Dataset:
     """Every decision quantity for the draws ``c1``, ``c2`` (``c3``, ``q``, ``p``) on the loads
@@ -443,7 +448,12 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
         Quantile of the load at which SD starts to hurt, for the alert line.
     latency
         Latency draws (s) with an ``rps`` dim matching ``rps``, for models whose latency is not
-        the closed form (MoE coverage); computed from the coefficients when None.
+        the closed form (MoE coverage, the roofline form); computed from the coefficients when
+        None.
+    capacity, rps_star
+        Draws of each k's capacity and RPS* (req/s, dims as ``c1``) for a latency that is not
+        the closed form (the roofline form: ``c1``, ``c2`` are then its memory-bound line);
+        computed from the coefficients when None.
     c3, q, p
         Draws of the compute wall (s/req, dimensionless) and the power of the norm that joins
         it to the memory curve (:func:`bayeslat.theory.soft_power`), dims as ``c1``; None for
@@ -487,9 +497,9 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
         true = lat if discrepancy is None else lat * np.exp(discrepancy)
     speedup = summarize(speedup_draws(true), mean=expected_speedup(lat))
     c1r, c2r = theory.ratios(c1.sel(k=0), c2.sel(k=0), c1, c2)
-    star = break_even_draws(c1, c2, c3, q, p)
+    star = break_even_draws(c1, c2, c3, q, p) if rps_star is None else rps_star
     rps_star = summarize(star)
-    alert = alert_line(hurt_onset_draws(c1, c2, c3, q, p), quantile)
+    alert = alert_line(_onset(c1, c2, star), quantile)
     tail = tail_latency(true, epsilon)
     out = xr.Dataset({
         "speedup": speedup,
@@ -497,7 +507,7 @@ def analyse(c1: xr.DataArray, c2: xr.DataArray, rps, epsilon: float = 0.05,
         "c1r": summarize(c1r),
         "c2r": summarize(c2r),
         "p_c2r_above_1": (c2r > 1).mean(SAMPLE),
-        "capacity": summarize(capacity_draws(c2, c3)),
+        "capacity": summarize(capacity_draws(c2, c3) if capacity is None else capacity),
         "rps_star": rps_star,
         "p_break_even": star.notnull().mean(SAMPLE),
         "rps_alert": alert,
@@ -632,6 +642,12 @@ def on_staircase(model) -> bool:
     constant-rate benchmarks (:func:`arrivals`) and its variant knows a prefill's stall."""
     return (arrivals(model.table) == "constant"
             and model.prefill_stall(model.rows.head(1)) is not None)
+
+
+def strategy(model) -> str:
+    """The benchmark strategy whose latencies the decisions are for: ``poisson`` where the
+    fit's curves rest on Poisson benchmarks (:func:`arrivals`), else ``constant``."""
+    return "poisson" if arrivals(model.table) == "poisson" else "constant"
 
 
 def arrivals_note(kind: str) -> str:
@@ -802,8 +818,12 @@ def _baseline_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _capacity(pred: xr.Dataset) -> xr.DataArray:
-    """Capacity draws (req/s) from predicted parts (full coverage for an MoE verifier)."""
+def _capacity(model, pred: xr.Dataset) -> xr.DataArray:
+    """Capacity draws (req/s) from predicted parts (full coverage for an MoE verifier); the
+    model's own where it has no closed form (``implicit``: :meth:`predict
+    <bayeslat.models.base.LatencyModel.predict>`'s ``capacity``)."""
+    if model.implicit:
+        return pred["capacity"]
     return capacity_draws(full_coefficients(pred)[1], capacity_terms(pred)[0])
 
 
@@ -823,22 +843,10 @@ def default_loads(model, setup: pd.DataFrame, points: int = GRID_POINTS,
     top = info["rps_ceiling"].copy()
     missing = top.isna().to_numpy()
     if missing.any():
-        rows = _baseline_rows(setup[missing]).assign(rps=0.0)
-        cap = stack_draws(_capacity(model.predict(rows, seed=seed)))
+        rows = _baseline_rows(setup[missing]).assign(rps=0.0, strategy=strategy(model))
+        cap = stack_draws(_capacity(model, model.predict(rows, seed=seed)))
         top[missing] = cap.where(np.isfinite(cap)).median(SAMPLE, skipna=True).values
     return {label: np.linspace(0.0, float(value), points) for label, value in top.items()}
-
-
-def require_decisions(model) -> None:
-    """Raise :class:`FitError` for a fit whose variant :mod:`bayeslat.decide` cannot read
-    (``decides`` false: the ``roofline`` variant, whose latency is not the closed forms' of
-    :func:`bayeslat.theory.latency`), saying what to use instead."""
-    if not model.decides:
-        raise FitError(f"decisions from the {model.variant} variant are not built yet: its "
-                       "latency is the roofline form's, which decide, report and the "
-                       "headline do not read. Its fit predicts (bayeslat.load(...).predict) "
-                       "and checks its adequacy; to decide, fit the sweep with --model "
-                       "capacity (or auto)")
 
 
 def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0.05,
@@ -875,7 +883,6 @@ def from_model(model, setup: pd.DataFrame, alpha, ks, rps, *, epsilon: float = 0
     InputError
         For a setup whose measured group has no baseline rows (:func:`measured_loads`).
     """
-    require_decisions(model)
     rps = np.atleast_1d(np.asarray(rps, dtype=float))
     grid, rows, pred = _predict(model, setup, alpha, ks, rps if "C1" not in model.parts
                                 else None, seed)
@@ -931,6 +938,7 @@ def _predict(model, setup: pd.DataFrame, alpha, ks, rps, seed: int):
     rows.loc[base, "alpha"] = np.nan
     if rps is None:
         rows["rps"] = 0.0
+    rows["strategy"] = strategy(model)
     return grid, rows, model.predict(rows, seed=seed)
 
 
@@ -950,9 +958,18 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
 
     parts = {name: unstack(pred[name]) for name in model.parts}
     loads = xr.DataArray(rps, dims="rps", coords={"rps": rps})
+    solved = None
+    if model.implicit:
+        def on_grid(value):  # a solved quantity on the grid, the loads' coordinate restored
+            value = stack_draws(unstack(value))
+            return value.assign_coords(loads.coords) if "rps" in value.dims else value
+
+        solved = {name: on_grid(value)
+                  for name, value in _solved(model, pred, rows, rps, seed).items()}
     # the true latency scatters about the model's curve as the measurements do (the
     # likelihood's scale without the measurement error): the bands cover it, not the curve
-    discrepancy = stack_draws(model.discrepancy(parts, loads, [seed, 2], shared=["rps"]))
+    discrepancy = (solved.pop("discrepancy") if solved is not None else stack_draws(
+        model.discrepancy(parts, loads, [seed, 2], shared=["rps"])))
     staircase = None
     if on_staircase(model):
         # evenly spaced requests: the latency climbs one prefill stall per request arriving
@@ -975,6 +992,8 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
         c1 = (parts["C1u"] + parts["C1s"]).isel(rps=0, drop=True)
         c2 = (parts["C2u"] + parts["C2s"]).isel(rps=0, drop=True)
         out = analyse(c1, c2, rps, latency=unstack(pred["latency"]), **kwargs)
+    elif solved is not None:
+        out = analyse(parts["C1"], parts["C2"], rps, **solved, **kwargs)
     else:
         extra = {name.lower(): parts[name] for name in ("C3", "Q", "P") if name in parts}
         out = analyse(parts["C1"], parts["C2"], rps, latency=staircase, **extra, **kwargs)
@@ -982,6 +1001,34 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
     out["ceiling_measured"] = per_setup["ceiling_measured"]
     out["new_setup"] = per_setup["new_setup"]
     return out.transpose("setup", "alpha", "rps", "k", "stat", ...)
+
+
+def _solved(model, pred: xr.Dataset, rows: pd.DataFrame, rps, seed: int) -> dict:
+    """For a variant whose latency has no closed form (``implicit``: the roofline form), what
+    :func:`analyse` reads from the model instead, per draw and row of the prediction ``pred``
+    of ``rows`` (:func:`_predict`): ``latency`` and the ``discrepancy`` draws at the loads
+    ``rps`` (dim ``rps``, with its coordinate), ``capacity`` and ``rps_star`` against each
+    row's baseline."""
+    rows = prepare(rows)
+    parts = pred.drop_vars(["config", "rps"], errors="ignore")
+    at = xr.DataArray(np.asarray(rps, dtype=float), dims="rps")
+    out = {"latency": model.latency(parts, rows, at),
+           "discrepancy": model.discrepancy(parts, at, [seed, 2], shared=["rps"], rows=rows),
+           "capacity": parts["capacity"],
+           "rps_star": model.break_even(parts, rows, _baseline_of(rows), parts["capacity"])}
+    return out
+
+
+def _baseline_of(rows: pd.DataFrame) -> np.ndarray:
+    """The position of each row's baseline among ``rows``: the row of its group (and load)
+    with ``k = 0``."""
+    keys = [c for c in ("group", "rps", "alpha_grid", "setup") if c in rows]
+    base = rows[rows["k"] == 0].reset_index()[keys + ["index"]].drop_duplicates(keys)
+    found = rows[keys].merge(base, on=keys, how="left")["index"]
+    if found.isna().any():
+        raise InputError("a configuration without its baseline (k = 0) among the rows",
+                         field="k")
+    return found.to_numpy(int)
 
 
 def headline(model, seed: int = 0, max_draws: int | None = HEADLINE_DRAWS) -> pd.DataFrame:
@@ -996,9 +1043,10 @@ def headline(model, seed: int = 0, max_draws: int | None = HEADLINE_DRAWS) -> pd
     (:func:`bayeslat.theory.break_even_rps`).
     For ``moe`` these are the full-coverage coefficients.
     """
-    require_decisions(model)
     rows = model.rows
     sd = rows[rows["k"] > 0].drop_duplicates("config").assign(rps=0.0)
+    if model.implicit:  # its form depends on the arrivals: those the fit's curves rest on
+        sd = sd.assign(strategy=strategy(model))
     base = sd.assign(k=0, alpha=np.nan, method="none", drafter="none", drafter_params_b=0.0)
     if model.per_configuration:  # only groups whose baseline was measured
         ok = model.known(prepare(base))
@@ -1025,7 +1073,13 @@ def headline(model, seed: int = 0, max_draws: int | None = HEADLINE_DRAWS) -> pd
         lone_sd, lone_d = split(model.evenly_spaced(pred, pd.concat([sd, base]), pred["C1"],
                                                     0.0))
         speed0 = lone_d / lone_sd
-    star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd, p_d, p_sd)
+    if model.implicit:  # RPS* solved per draw, against each configuration's baseline
+        both = prepare(pd.concat([sd, base], ignore_index=True))
+        star = split(model.break_even(pred.drop_vars(["config", "rps"]), both,
+                                      np.tile(np.arange(n, 2 * n), 2), pred["capacity"]))[0]
+    else:
+        star = theory.break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd, p_d,
+                                     p_sd)
     q = [0.05, 0.5, 0.95]
     s_q = speed0.quantile(q, dim=("chain", "draw")).values
     with warnings.catch_warnings():

@@ -727,28 +727,42 @@ def break_even_rps(c1_d, c2_d, c1_sd, c2_sd, c3_d=0.0, q_d=0.0, c3_sd=0.0, q_sd=
 # the bisection steps that refine it.
 _GRID = 1.0 - np.concatenate([np.linspace(1.0, 0.0, 65)[1:-1] ** 3, [1e-6, 1e-9]])
 _BISECT = 40
+# Every other point of it (and its last), for crossings whose latencies cost a root each.
+SPARSE_GRID = np.append(_GRID[1:-1:2], _GRID[-1])
 
 
 def _crossing(c1_d, c2_d, c1_sd, c2_sd, c3_d, q_d, c3_sd, q_sd, p_d, p_sd):
-    """:func:`break_even_rps` on broadcast NumPy arrays: grid search, then bisection."""
-    top = capacity(c2_d, c3_d)
+    """:func:`break_even_rps` on broadcast NumPy arrays (:func:`first_crossing`)."""
+
+    def gap(rps):  # L_SD − L_D
+        with np.errstate(invalid="ignore"):
+            return (latency(rps, c1_sd, c2_sd, c3_sd, q_sd, p_sd)
+                    - latency(rps, c1_d, c2_d, c3_d, q_d, p_d))
+
+    return first_crossing(gap, capacity(c2_d, c3_d), np.sign(c1_sd - c1_d))
+
+
+def first_crossing(gap, top, start, steps: int = _BISECT, grid: np.ndarray = _GRID):
+    """The lowest load in ``(0, top)`` at which the sign of ``gap(rps)`` (an SD latency less
+    the baseline's: ``inf − finite`` is +, both ``inf`` never a crossing) differs from
+    ``start``, its sign at zero load: searched on ``grid`` (:data:`_GRID`: fractions of
+    ``top`` dense towards it), then ``steps`` bisections. Arrays broadcast; NaN where the
+    sign never changes (or ``start`` is 0)."""
     top = np.where(np.isfinite(top), top, 1e12)
 
-    def gap(rps):  # sign of L_SD − L_D, inf − finite = +, both inf: NaN (never a crossing)
+    def sign(rps):
         with np.errstate(invalid="ignore"):
-            return np.sign(latency(rps, c1_sd, c2_sd, c3_sd, q_sd, p_sd)
-                           - latency(rps, c1_d, c2_d, c3_d, q_d, p_d))
+            return np.sign(gap(rps))
 
-    start = np.sign(c1_sd - c1_d)
-    signs = np.stack([gap(u * top) for u in _GRID])
+    signs = np.stack([sign(u * top) for u in grid])
     flipped = (signs != start) & (signs != 0) & ~np.isnan(signs) & (start != 0)
     found = flipped.any(axis=0)
     j = np.argmax(flipped, axis=0)
-    lo = np.where(j > 0, _GRID[np.maximum(j - 1, 0)], 0.0) * top
-    hi = _GRID[j] * top
-    for _ in range(_BISECT):
+    lo = np.where(j > 0, grid[np.maximum(j - 1, 0)], 0.0) * top
+    hi = grid[j] * top
+    for _ in range(steps):
         mid = 0.5 * (lo + hi)
-        same = gap(mid) == start
+        same = sign(mid) == start
         lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
     return np.where(found, 0.5 * (lo + hi), np.nan)
 

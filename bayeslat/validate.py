@@ -595,7 +595,6 @@ def run(table: pd.DataFrame, variant: str, splits=SPLITS, *, config=None, seed: 
     todo = check(table, variant, splits)
     config = config_of(variant, config)
     say = status or (lambda message: None)
-    decisions = decisions and get(variant).decides
 
     def fitted(rows: pd.DataFrame, log_likelihood: bool = False):
         model = get(variant)(rows.reset_index(drop=True), config)

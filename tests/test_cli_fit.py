@@ -162,7 +162,7 @@ class _CapacityStub:
 
     parts = ("C1", "C2", "C3", "Q", "P")
     per_configuration = False
-    decides = True
+    implicit = False
     # k: (C1, C2, C3, Q, P); k = 6 meets its compute wall (1/C3 = 10 req/s) first
     PARTS = {k: (*v, theory.soft_power(k)) for k, v in {
         0: (1.2, 0.07, 0.045, 0.01), 2: (0.92, 0.072, 0.055, 0.01),

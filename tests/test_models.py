@@ -373,24 +373,25 @@ def test_scatter_grows_as_the_wall_nears_for_the_capacity_variants(fitted):
     assert (scale >= post["sigma"]).all()
 
 
-@pytest.mark.parametrize("fitted", [v for v in VARIANTS if get(v).decides], indirect=True)
+@pytest.mark.parametrize("fitted", VARIANTS, indirect=True)
 def test_discrepancy_draws_have_the_scatter_per_element(fitted):
     """``discrepancy``: one Student-t draw of the likelihood's scatter per posterior draw,
-    part and load, seeded (the decisions' draws: not for ``roofline``, which they refuse)."""
+    part and load, seeded (the decisions' draws)."""
     model, _ = fitted
     thin = copy.copy(model)
     thin.idata = model.idata.isel(chain=[0], draw=[0, 5])
-    pred = thin.predict(model.table.iloc[:3], seed=0)
+    rows = prepare(model.table.iloc[:3])
+    pred = thin.predict(rows, seed=0)
     loads = xr.DataArray([1.0, 2.0], dims="rps")
-    d = thin.discrepancy(pred, loads, seed=1)
+    d = thin.discrepancy(pred, loads, seed=1, rows=rows)
     assert set(d.dims) == {"chain", "draw", "obs", "rps"}
     assert d.sizes == {"chain": 1, "draw": 2, "obs": 3, "rps": 2}
     assert np.unique(d.values).size == d.size  # independent draws, not one per posterior draw
-    xr.testing.assert_equal(d, thin.discrepancy(pred, loads, seed=1))
-    assert not d.equals(thin.discrepancy(pred, loads, seed=2))
+    xr.testing.assert_equal(d, thin.discrepancy(pred, loads, seed=1, rows=rows))
+    assert not d.equals(thin.discrepancy(pred, loads, seed=2, rows=rows))
     # shared along the loads: one t per curve, times each load's own scale
-    t = thin.discrepancy(pred, loads, seed=1, shared=["rps"]) / thin.scatter(
-        thin.idata.posterior, pred, loads)
+    t = thin.discrepancy(pred, loads, seed=1, shared=["rps"], rows=rows) / thin.scatter(
+        thin.idata.posterior, pred, loads, rows)
     np.testing.assert_allclose(t.isel(rps=0), t.isel(rps=1))
     assert np.unique(t.isel(rps=0).values).size == t.isel(rps=0).size
 

@@ -8,16 +8,19 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
+import xarray as xr
 from pymc.testing import mock_sample
 from support.sweeps import table
 
 from bayeslat import theory
 from bayeslat.errors import FitError
 from bayeslat.models import get, sampling
+from bayeslat.models.base import prepare
 from bayeslat.models.roofline import (
     F_GRID,
     KNEE_GRID,
     ROOFLINE_PARTS,
+    capacity,
     log_latency,
     row_terms,
     solve,
@@ -240,11 +243,119 @@ def test_a_server_never_measured_is_refused_with_what_to_do(fitted):
         fitted.predict(rows)
 
 
-def test_decisions_refuse_its_fits_until_they_read_its_latency(fitted):
+@pytest.mark.parametrize("arrivals", theory.ARRIVALS)
+def test_the_compiled_capacity_is_the_theorys(arrivals):
+    """:func:`capacity` (compiled) against :func:`bayeslat.theory.roofline_capacity`, on rows
+    whose peak comes before the batch fills and rows where the full batch's rate binds."""
+    s = _settings(300, seed=3)
+    s["c2"] = s["c2"] / np.random.default_rng(4).uniform(1.0, 20.0, 300)
+    got = capacity(*[s[n] for n in ARGS[1:]], np.full(300, float(arrivals == "poisson")))
+    want = theory.roofline_capacity(s["c1"], s["c2"], s["f"], s["knee"], s["cycles"], s["k"],
+                                    s["prefill"], s["f"] * s["ratio"], s["knee_d"],
+                                    arrivals=arrivals)
+    full = np.isclose(want, theory.roofline_throughput(
+        s["c1"], s["c2"], s["f"], s["knee"], s["cycles"], s["k"], s["prefill"],
+        s["f"] * s["ratio"], s["knee_d"], arrivals=arrivals), rtol=1e-12)
+    assert 0.1 < full.mean() < 0.9  # both ends of the bisection are checked
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def _setup_rows(ks=(0, 1, 2, 4, 6), strategy="constant"):
+    """One setup's rows (an 8B verifier on an H100 with its EAGLE head), prepared."""
+    return prepare(pd.DataFrame({
+        "verifier": "llama-8b", "hardware": "H100", "prefill_tokens": 256,
+        "decode_tokens": 128, "verifier_params_b": 8.0, "k": list(ks),
+        "method": ["none" if k == 0 else "eagle3" for k in ks],
+        "drafter": ["none" if k == 0 else "eagle3-8b" for k in ks],
+        "drafter_params_b": [0.0 if k == 0 else 0.4 for k in ks],
+        "alpha": [np.nan if k == 0 else 0.75 for k in ks], "rps": 0.0,
+        "strategy": strategy}))
+
+
+def _setup_parts(rows, draws=40, seed=0):
+    """Draws of the parts of :func:`_setup_rows`, about the example's fit of that server:
+    ``C1`` falling and ``C2`` rising with k less than in proportion."""
+    rng = np.random.default_rng(seed)
+    k = rows["k"].to_numpy(float)
+    jitter = rng.lognormal(0.0, 0.05, (1, draws, len(rows)))
+    server = rng.lognormal(0.0, 0.1, (1, draws, 1))
+    values = {"C1": 1.2 / (1.0 + 0.35 * k) * jitter, "C2": 4e-3 * (1.0 + 0.12 * k) * jitter,
+              "f": 2.7e-5 * server, "knee": 224.0 * server, "knee_d": 290.0 * server}
+    dims = ("chain", "draw", "obs")
+    return {name: xr.DataArray(np.broadcast_to(v, (1, draws, len(rows))), dims=dims)
+            for name, v in values.items()}
+
+
+@pytest.mark.parametrize("strategy", ["constant", "poisson"])
+def test_break_even_is_where_the_latencies_cross_below_the_baselines_capacity(fitted, strategy):
+    """RPS* of each draw: the SD and baseline latencies are equal there, SD is faster at half
+    of it, and it lies below the baseline's capacity; none for the baseline itself."""
+    rows = _setup_rows(strategy=strategy)
+    parts = _setup_parts(rows)
+    star = fitted.break_even(parts, rows, np.zeros(len(rows), int))
+    assert star.dims == ("chain", "draw", "obs")
+    assert np.isnan(star.isel(obs=0)).all()
+    sd = star.isel(obs=slice(1, None))
+    assert np.isfinite(sd).mean() > 0.9
+    cap = fitted.capacity(parts, rows).isel(obs=0)
+    assert (sd.fillna(0) < cap).all()
+
+    base = np.zeros(len(rows), int)
+    base_parts = {name: value.isel(obs=base) for name, value in parts.items()}
+
+    def gap(at):  # SD's latency over the baseline's at the loads ``at`` (chain, draw, obs)
+        at = at.fillna(0.0)
+        return (fitted.latency(parts, rows, at) / fitted.latency(
+            base_parts, rows.iloc[base].reset_index(drop=True), at)).isel(obs=slice(1, None))
+
+    found = np.isfinite(sd.values)
+    # SD is faster just below RPS* and at half of it, not just above (where SD's batch fills
+    # first, the cap, its latency jumps to inf: the crossing is there)
+    for scale, faster in ((0.5, True), (1 - 1e-5, True), (1 + 1e-5, False)):
+        assert ((gap(star * scale).values[found] < 1.0) == faster).all()
+    assert np.isfinite(gap(star * (1 + 1e-5)).values[found]).mean() > 0.9
+
+
+def test_latency_at_loads_is_the_theorys_with_the_batch_cap(fitted):
+    """The compiled latency at a grid of loads: the theory's, ``inf`` past the batch cap or
+    the steady state, and ``inf`` exactly where the theory's is."""
+    rows = _setup_rows()
+    parts = _setup_parts(rows, draws=5)
+    loads = xr.DataArray(np.linspace(0.0, 120.0, 25), dims="rps")
+    got = fitted.latency(parts, rows, loads).transpose("chain", "draw", "obs", "rps")
+    terms = row_terms(rows)
+    want = theory.roofline_latency(
+        loads, parts["C1"], parts["C2"], parts["f"], parts["knee"],
+        xr.DataArray(terms["cycles"], dims="obs"), xr.DataArray(rows["k"].to_numpy(float),
+                                                                dims="obs"),
+        256.0, parts["f"] * xr.DataArray(terms["ratio"], dims="obs"), parts["knee_d"])
+    want = want.transpose(*got.dims)
+    assert np.isinf(want).any() and np.isfinite(want).any()
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    np.testing.assert_allclose(got.values[np.isfinite(want.values)],
+                               want.values[np.isfinite(want.values)], rtol=1e-10)
+
+
+def test_decisions_read_its_latency_capacity_and_break_even(fitted):
+    """decide from a fit of the variant: the headline's RPS* and the decision Dataset's agree
+    (the same draws), and the Dataset's latency and capacity are the model's."""
     from bayeslat import decide
 
-    with pytest.raises(FitError, match="--model capacity"):
-        decide.headline(fitted)
     setup = decide.setups(fitted.table).head(1)
-    with pytest.raises(FitError, match="not built yet"):
-        decide.from_model(fitted, setup, [0.7], [0, 1], [1.0])
+    alpha = fitted.rows.loc[fitted.rows["k"] > 0, "alpha"].iloc[0]
+    ks = sorted(fitted.rows.loc[(fitted.rows["k"] > 0)
+                                & (fitted.rows["alpha"] == alpha), "k"].unique())
+    loads = decide.default_loads(fitted, setup)[setup["setup"].iloc[0]]
+    ds = decide.from_model(fitted, setup, [alpha], ks, loads)
+    assert ds["capacity"].notnull().all()
+    assert (ds["capacity"].sel(stat="q50") > 0).all()
+    head = decide.headline(fitted).set_index("config")
+    configs = fitted.rows[(fitted.rows["k"] > 0) & (fitted.rows["alpha"] == alpha)
+                          & (fitted.rows["group"] == fitted.rows["group"].iloc[0])]
+    for k, config in configs.drop_duplicates("k")[["k", "config"]].itertuples(index=False):
+        if k in ks:
+            np.testing.assert_allclose(
+                ds["rps_star"].sel(stat="q50", k=k).item(), head.loc[config, "rps_star"],
+                rtol=1e-6, equal_nan=True)
+    latency = ds["latency"].sel(stat="q50")
+    assert np.isfinite(latency.isel(rps=0)).all()

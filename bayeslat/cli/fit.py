@@ -85,10 +85,9 @@ def command(
             status.update(f"writing {output}")
             result.save(output, overwrite=overwrite)
         status.update("summarising each configuration")
-        decides = result.model.decides
-        headline = result.headline(seed=seed) if decides else None
+        headline = result.headline(seed=seed)
         # a sweep without SD: what it says about the server instead
-        baselines = result.baselines(seed=seed) if decides and headline.empty else None
+        baselines = result.baselines(seed=seed) if headline.empty else None
     diag = result.diagnostics
     console.print(_diagnostics_table(diag, len(result.model.rows), len(result.model.excluded)))
     console.print(escape(fitting.sampler_line(result.idata)), highlight=False)
@@ -100,11 +99,7 @@ def command(
     console.print(_worst_table(check.worst(WORST_ROWS)))
     for message in check.warnings:
         console.print(f"[yellow]warning:[/] {escape(message)}")
-    if not decides:
-        console.print(f"[yellow]note:[/] decisions from the {result.model.variant} variant "
-                      "(speedup, RPS*, k*) are not built yet: decide and report refuse its fit; "
-                      "its predictions and the adequacy above stand")
-    elif baselines is None:
+    if baselines is None:
         console.print(_headline_table(headline))
     else:
         console.print(_baseline_table(baselines))

@@ -283,9 +283,9 @@ class LatencyModel:
     # Whether its rows' likelihood can be the fused kernel (bayeslat.models.likelihood): a mean
     # from C1, C2 (and C3, Q) as log_mean computes it; nutpie's exact fits sample it.
     fuses: ClassVar[bool] = True
-    # Whether bayeslat.decide reads its fits: its latency is theory.latency of its parts (C1,
-    # C2 and the compute wall's C3, Q, P), which decide's closed forms assume.
-    decides: ClassVar[bool] = True
+    # Whether its latency has no closed form in its parts (the roofline form's fixed point):
+    # bayeslat.decide then reads the model's latency, capacity and break_even, not theory's.
+    implicit: ClassVar[bool] = False
     # Feature scales of the scaling laws per coefficient (none for the per-configuration ones).
     scales: dict = {}
 
@@ -475,15 +475,16 @@ class LatencyModel:
         moves = moves.where(np.isfinite(moves), 0.0)
         return np.sqrt(sigma**2 + (posterior["sigma_wall"] * moves) ** 2)
 
-    def discrepancy(self, parts, rps, seed, shared=()) -> xr.DataArray:
+    def discrepancy(self, parts, rps, seed, shared=(), rows=None) -> xr.DataArray:
         """Draws of the log of the true latency over the model's (:func:`scatter_draws` of
         :meth:`scatter`: the likelihood's discrepancy, without the measurement error), one per
-        posterior draw, element of the predicted ``parts`` and load ``rps`` (:meth:`scatter`),
-        but one along the ``shared`` dims."""
+        posterior draw, element of the predicted ``parts`` (of ``rows``, for a variant whose
+        scatter needs them) and load ``rps`` (:meth:`scatter`), but one along the ``shared``
+        dims."""
         post = self.posterior
         if not isinstance(rps, xr.DataArray):
             rps = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
-        scale = xr.broadcast(self.scatter(post, parts, rps), rps,
+        scale = xr.broadcast(self.scatter(post, parts, rps, rows), rps,
                              *(parts[name] for name in self.parts))[0]
         return scatter_draws(scale, post["nu"], seed, shared)
 

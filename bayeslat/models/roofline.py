@@ -89,6 +89,8 @@ F_GRID = 2.0 ** np.arange(-3.0, 3.0, 0.5)
 KNEE_GRID = (64.0, 96.0, 128.0, 192.0, 256.0, 384.0)
 # Newton steps a row may take (from C1 it takes about four).
 ITERATIONS = 100
+# Bisections of the batch at the capacity (theory.roofline_capacity's).
+CAPACITY_BISECTIONS = 50
 
 
 @numba.njit(cache=True)
@@ -240,6 +242,41 @@ def _solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson, hin
     return out, amp, grad, grad_amp
 
 
+def capacity(c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson):
+    """Each row's capacity (req/s): :func:`~bayeslat.theory.roofline_capacity` in compiled
+    code, the peak of ``B/F(B)`` by bisection on the sign of ``B·F'(B) − F(B)``, or the full
+    batch's rate where the batch fills first (flat rows as :func:`solve`'s, less ``rps``)."""
+    return _capacity(c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson,
+                     HINGE_WIDTH, COUNT_WIDTH, float(theory.BATCH_CAP))
+
+
+@numba.njit(cache=True)
+def _capacity(c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson, hinge, count,
+              batch_cap):
+    """:func:`capacity` with the widths and the batch cap as arguments (:func:`_solve`).
+    At unit rate the latency is the batch, so :func:`_side`'s ``F`` and slope are ``F(B)``
+    and ``F'(B)``."""
+    n = c1.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        args = (c1[i], c2[i], f[i], knee[i], knee_d[i], cycles[i], k[i], prefill[i], ratio[i],
+                poisson[i] > 0, hinge, count)
+        side, slope = _side(batch_cap, 1.0, *args)[:2]
+        batch = batch_cap
+        if batch_cap * slope > side:  # the peak comes before the batch fills
+            lo, hi = 0.0, batch_cap
+            for _ in range(CAPACITY_BISECTIONS):
+                mid = 0.5 * (lo + hi)
+                side, slope = _side(mid, 1.0, *args)[:2]
+                if mid * slope > side:
+                    hi = mid
+                else:
+                    lo = mid
+            batch = 0.5 * (lo + hi)
+        out[i] = batch / _side(batch, 1.0, *args)[0]
+    return out
+
+
 @functools.cache
 def _op_class():
     """:class:`RooflineLatency`, built on first use (PyTensor's import is seconds of a verb
@@ -318,6 +355,39 @@ def _register(cls) -> None:
         return fused, f"bayeslat-roofline-{key}-{ITERATIONS}-{HINGE_WIDTH}-{COUNT_WIDTH}"
 
 
+def _flat(parts, rows: pd.DataFrame, rps: xr.DataArray, prompt=None):
+    """The inputs of :func:`solve` for the predicted ``parts`` of ``rows`` (prepared) at the
+    loads ``rps``, broadcast together and flattened: a template DataArray of their shape
+    (dims, no other coordinates) and the flat arrays, ``rps`` first (``prompt``: the tokens of
+    a joining prompt, :func:`row_terms`' when None)."""
+    terms = row_terms(rows)
+    data = [xr.DataArray(value, dims="obs") for value in (
+        terms["cycles"], rows["k"].to_numpy(float),
+        terms["prompt"] if prompt is None else prompt, terms["ratio"], terms["poisson"])]
+    args = xr.broadcast(rps, *(parts[name].reset_coords(drop=True) for name in ROOFLINE_PARTS),
+                        *data)
+    dims = args[0].dims
+    template = args[0].transpose(*dims)
+    template = template.drop_vars(template.coords.keys() - set(dims))
+    return template, [np.ascontiguousarray(a.transpose(*dims).values, dtype=float).ravel()
+                      for a in args]
+
+
+def _solve_flat(rps, inputs, chunk: int = 200_000):
+    """Latency (s) and amplification of flat rows (:func:`_flat`) by :func:`solve`, ``chunk``
+    rows at a time: ``inf`` and 0 where there is no steady state or the batch passes
+    :data:`~bayeslat.theory.BATCH_CAP`."""
+    lat, amp = np.empty(rps.size), np.empty(rps.size)
+    for start in range(0, rps.size, chunk):
+        part = slice(start, start + chunk)
+        log_lat, amp[part], _, _ = solve(np.ascontiguousarray(rps[part]),
+                                         *(a[part] for a in inputs))
+        lat[part] = np.exp(log_lat)
+    full = ~(rps * lat <= theory.BATCH_CAP)
+    lat[full], amp[full] = np.inf, 0.0
+    return lat, amp
+
+
 def log_latency(parts: dict, data: dict):
     """Each row's log latency and amplification (:func:`solve`; tensors) from its ``parts``
     (:data:`ROOFLINE_PARTS`) and ``data`` (``rps``, ``cycles``, ``k``, ``prompt``,
@@ -356,7 +426,7 @@ class RooflineModel(HierarchicalModel):
     parts = ROOFLINE_PARTS
     fits_ceilings = True
     fuses = False  # the row likelihood is the roofline Op's, in the graph
-    decides = False  # decide's closed forms are the P-norm's (bayeslat.decide.require_decisions)
+    implicit = True  # decide reads latency, capacity and break_even (no closed form)
     coef_names = scaling.COEFS
 
     @classmethod
@@ -429,14 +499,11 @@ class RooflineModel(HierarchicalModel):
 
     def scatter(self, posterior, parts, rps, rows=None):
         """``sqrt(sigma² + (sigma_wall·A)²)`` (:meth:`likelihood_scale`) of the predicted
-        ``parts`` of ``rows`` at their rates (``rps`` must be theirs; ``sigma`` where a draw
-        has no steady state)."""
+        ``parts`` of ``rows`` at the loads ``rps`` (the rows' own, or a DataArray broadcast
+        against them; ``sigma`` where a draw has no steady state)."""
         if rows is None:
             raise FitError("the roofline model's scatter needs the rows it predicts")
-        rates = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
-        amp = self._on_rows(functools.partial(theory.roofline_amplification, rates), parts, rows,
-                            row_terms(rows)["prompt"])
-        amp = amp.where(np.isfinite(amp), 0.0)
+        amp = self.solved(parts, rows, rps)[1]
         return np.sqrt(posterior["sigma"] ** 2 + (posterior["sigma_wall"] * amp) ** 2)
 
     def ceiling_likelihood(self, parts, curves):
@@ -470,34 +537,64 @@ class RooflineModel(HierarchicalModel):
         knee or not), not a staircase about a smooth curve."""
         return None
 
-    def latency(self, parts, rows):
-        """The roofline form's latency (s, ``inf`` past the steady state or the batch cap)."""
-        rps = xr.DataArray(rows["rps"].to_numpy(float), dims="obs")
-        return self._on_rows(functools.partial(theory.roofline_latency, rps), parts, rows,
-                             row_terms(rows)["prompt"]).transpose("chain", "draw", "obs")
-
-    def capacity(self, parts, rows):
-        """Where the steady state ends (req/s, :func:`~bayeslat.theory.roofline_capacity`),
-        every row's under the arrivals of its benchmark."""
-        return self._on_rows(theory.roofline_capacity, parts, rows,
-                             rows["prefill_tokens"].to_numpy(float))
+    def latency(self, parts, rows, rps=None):
+        """The roofline form's latency (s, ``inf`` past the steady state or the batch cap) of
+        ``rows`` at their rates, or at the loads ``rps`` (a DataArray, broadcast)."""
+        lat = self.solved(parts, rows, rps)[0]
+        return lat if rps is not None else lat.transpose("chain", "draw", "obs")
 
     @staticmethod
-    def _on_rows(func, parts, rows, prompt):
-        """``func`` of the roofline form on the predicted ``parts`` of ``rows`` (prepared),
-        with ``prompt`` tokens a joining prompt, its Poisson rows with Poisson arrivals."""
-        terms = {name: xr.DataArray(value, dims="obs") for name, value in row_terms(rows).items()}
+    def solved(parts, rows, rps=None):
+        """Each row's latency (s, ``inf`` past the steady state or the batch cap
+        :data:`~bayeslat.theory.BATCH_CAP`) and amplification (0 there) under the roofline
+        form, from the predicted ``parts`` of ``rows`` (prepared) at their rates or at the
+        loads ``rps`` (a DataArray broadcast against them): the compiled :func:`solve`, which
+        matches :func:`~bayeslat.theory.roofline_latency` (``tests/test_roofline.py``) at a
+        hundredth of its cost."""
+        if rps is None:
+            rps = rows["rps"].to_numpy(float)
+        if not isinstance(rps, xr.DataArray):
+            rps = xr.DataArray(np.asarray(rps, dtype=float), dims="obs")
+        template, flat = _flat(parts, rows, rps)
+        lat, amp = _solve_flat(flat[0], flat[1:])
+        return tuple(template.copy(data=value.reshape(template.shape)).transpose(
+            *parts["C1"].dims, ...) for value in (lat, amp))
 
-        def on(arrivals):
-            return func(parts["C1"], parts["C2"], parts["f"], parts["knee"], terms["cycles"],
-                        xr.DataArray(rows["k"].to_numpy(float), dims="obs"),
-                        xr.DataArray(prompt, dims="obs"), parts["f"] * terms["ratio"],
-                        parts["knee_d"], arrivals=arrivals)
+    def break_even(self, parts, rows, base, capacity=None):
+        """RPS* (req/s) of each row's configuration against the row ``base[i]``, its
+        baseline: the lowest load below the baseline's capacity (``capacity``, the rows'
+        :meth:`capacity` when None) at which their latencies cross
+        (:func:`~bayeslat.theory.first_crossing`; NaN where they never do), per draw of the
+        predicted ``parts`` of ``rows`` (dims ``chain, draw, obs``)."""
+        base = np.asarray(base)
 
-        out = on("constant")
-        if terms["poisson"].any():
-            out = xr.where(terms["poisson"] > 0, on("poisson"), out)
-        return out
+        def of_base(value):
+            return value.isel(obs=base).assign_coords(obs=value["obs"].values)
+
+        top = of_base(self.capacity(parts, rows) if capacity is None else capacity)
+        template, mine = _flat(parts, rows, top)
+        _, theirs = _flat({name: of_base(parts[name]) for name in ROOFLINE_PARTS},
+                          rows.iloc[base].reset_index(drop=True), top)
+
+        def gap(rps):
+            rps = np.broadcast_to(rps, mine[0].shape)
+            return _solve_flat(rps, mine[1:])[0] - _solve_flat(rps, theirs[1:])[0]
+
+        # each step costs two Newton roots a row: half the closed forms' grid, and a
+        # precision of 1e-6 of its step, ample for a decision
+        star = theory.first_crossing(gap, mine[0], np.sign(gap(0.0)), steps=20,
+                                     grid=theory.SPARSE_GRID)
+        star = template.copy(data=star.reshape(template.shape)).rename("rps_star")
+        return star.transpose(*parts["C1"].dims, ...)
+
+    def capacity(self, parts, rows):
+        """Where the steady state ends (req/s, :func:`~bayeslat.theory.roofline_capacity`,
+        compiled: :func:`capacity`), every row's under the arrivals of its benchmark (a
+        synchronous row's as its rated benchmarks', with its prompts)."""
+        ones = xr.DataArray(np.ones(len(rows)), dims="obs")
+        template, flat = _flat(parts, rows, ones, rows["prefill_tokens"].to_numpy(float))
+        out = template.copy(data=capacity(*flat[1:]).reshape(template.shape))
+        return out.transpose(*parts["C1"].dims, ...)
 
     def config_fits(self, codes):
         """Each configuration's ``C1``, ``C2`` under its server's roofline

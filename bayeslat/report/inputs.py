@@ -19,6 +19,7 @@ import xarray as xr
 from bayeslat import adequacy, decide
 from bayeslat.data import schema
 from bayeslat.errors import BayeslatError
+from bayeslat.models.base import prepare
 from bayeslat.report import page
 
 MAX_DRAWS = 400
@@ -118,7 +119,7 @@ class Inputs:
         post = self.thin.posterior
         # the measured latency's predictive: the model's, moved by the protocol's offset,
         # times the likelihood's discrepancy (the measurement error left out)
-        scatter = self.thin.discrepancy(pred, rows["rps"], self.seed)
+        scatter = self.thin.discrepancy(pred, rows["rps"], self.seed, rows=prepare(rows))
         with np.errstate(over="ignore"):  # a far Student-t draw: an infinite latency
             pp = pred["latency"] * np.exp(self.thin.protocol_shift(post, rows) + scatter)
         pred = pred.assign(latency_pp=pp.transpose(*pred["latency"].dims))
