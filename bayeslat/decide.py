@@ -975,7 +975,7 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
         # evenly spaced requests: the latency climbs one prefill stall per request arriving
         # during it, a staircase about the curve, anchored where it was measured
         curves = pred.drop_vars(["config", "rps"])
-        smooth = model.latency(curves, prepare(rows), loads)
+        smooth = theory.latency(loads, *full_coefficients(curves), *capacity_terms(curves))
         staircase = stack_draws(unstack(model.evenly_spaced(curves, rows, smooth, loads)))
     pred = stack_draws(pred)
     parts = {name: stack_draws(value) for name, value in parts.items()}
@@ -993,8 +993,7 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
         c2 = (parts["C2u"] + parts["C2s"]).isel(rps=0, drop=True)
         out = analyse(c1, c2, rps, latency=unstack(pred["latency"]), **kwargs)
     elif solved is not None:
-        out = analyse(parts["C1"], parts["C2"], rps, **(solved | (
-            {} if staircase is None else {"latency": staircase})), **kwargs)
+        out = analyse(parts["C1"], parts["C2"], rps, **solved, **kwargs)
     else:
         extra = {name.lower(): parts[name] for name in ("C3", "Q", "P") if name in parts}
         out = analyse(parts["C1"], parts["C2"], rps, latency=staircase, **extra, **kwargs)

@@ -580,28 +580,6 @@ def roofline_amplification(rps, c1, c2, f, knee, cycles, k, prefill, f_d=0.0, kn
                                       knee if knee_d is None else knee_d))
 
 
-def roofline_prompt_stall(rps, lat, c1, c2, f, knee, cycles, k, prefill, f_d=0.0,
-                          knee_d=None):
-    r"""What one more prompt arriving during a request's life adds to its latency (s) in
-    :func:`roofline_latency`'s server at the load ``rps`` and latency ``lat``: the stall of
-    :func:`evenly_spaced`'s staircase. The ``P = rps·L`` prompts of a life join its ``n``
-    steps, :math:`\bar m = P/n` a step, so the stall is :math:`\partial F/\partial \bar m
-    \,/\, n` at the batch ``rps·L``: nothing while the steps stay below the knees, a
-    prompt's arithmetic past them (about ``f·p``) once a step passes one. Evenly spaced
-    requests see ``⌊rps·L⌋`` prompts a life, where the mean-field form counts their mean.
-    NaN where ``lat`` is not finite; other arguments as :func:`roofline_latency`'s."""
-
-    def stall(rps, lat, c1, c2, f, knee, cycles, k, prefill, f_d, knee_d):
-        steady = np.isfinite(lat)
-        batch = rps * np.where(steady, lat, 0.0)
-        _, slope = _right_side(batch, batch / cycles, 0.0, 1.0, c1, c2, f, knee, cycles, k,
-                               prefill, f_d, knee_d, "constant")
-        return np.where(steady, slope / cycles, np.nan)
-
-    return _on_arrays(stall, (rps, lat, c1, c2, f, knee, cycles, k, prefill, f_d,
-                              knee if knee_d is None else knee_d))
-
-
 def _newton(rps, c1, c2, f, knee, cycles, k, prefill, f_d, knee_d, *, arrivals, batch_cap,
             iterations):
     """:func:`roofline_latency` on broadcast arrays: Newton's method from the paper's root,

@@ -62,10 +62,8 @@ class Fitted:
     # no prefill stall (as for the variants without per-stage coefficients): the smooth curve
     prefill_stall = LatencyModel.prefill_stall
     evenly_spaced = LatencyModel.evenly_spaced
-    arrival_stall = LatencyModel.arrival_stall
     constant_rates = LatencyModel.constant_rates
     capacity = LatencyModel.capacity
-    latency = LatencyModel.latency
     fitted = True
 
     @property
@@ -75,6 +73,11 @@ class Fitted:
     def thinned(self, max_draws, rng):
         return self
 
+    def latency(self, parts, rows):
+        rps = xr.DataArray(rows["rps"].to_numpy(), dims="obs")
+        extra = [parts[n] for n in ("C3", "Q", "P") if n in parts]
+        return theory.latency(rps, parts["C1"], parts["C2"], *extra).transpose(
+            "chain", "draw", "obs")
 
 
 def _sweep(seed=1, shift_top=0.0, nu=30.0):

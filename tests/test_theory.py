@@ -544,31 +544,3 @@ def test_the_roofline_capacity_is_where_the_batch_fills(arrivals, corners):
     assert batch[0] < 200
     if arrivals == "constant":
         assert batch[0] == pytest.approx(128.0, rel=1e-3 if corners == "sharp" else 0.03)
-
-
-def test_a_prompts_stall_is_its_arithmetic_past_the_knee_and_nothing_below():
-    """:func:`theory.roofline_prompt_stall`: with every step far past both knees one more
-    prompt in a life costs its arithmetic, ``(f + f_d)·p``; with short prompts far below
-    them, nothing; between, the difference quotient of the latency's right side in the
-    prompts of a life (``rps·L``, spread over its ``n`` steps)."""
-    c1, c2, f, f_d, cycles, k = 1.0, 4e-3, 2.7e-5, 1e-6, 50.0, 2.0
-
-    def stall(rps, lat, knee, prefill):
-        return theory.roofline_prompt_stall(rps, lat, c1, c2, f, knee, cycles, k, prefill, f_d,
-                                            knee)
-
-    past = stall(30.0, 2.0, 20.0, 1024.0)  # 60 requests: 180 tokens a step, knees at 20
-    np.testing.assert_allclose(past, (f + f_d) * 1024.0, rtol=1e-6)
-    assert stall(1.0, 1.0, 5000.0, 16.0) < 1e-12 * f
-    rps, lat, knee, prefill = 10.0, 1.5, 200.0, 256.0  # 15 requests, 45 tokens, a prompt
-    batch, h = rps * lat, 1e-6
-
-    def side(prompts):
-        return theory._right_side(np.array([batch]), np.array([prompts]), 0.0, 0.0, c1, c2,
-                                  f, knee, cycles, k, prefill, f_d, knee, "constant")[0][0]
-
-    m = batch / cycles
-    quotient = (side(m + h / cycles) - side(m - h / cycles)) / (2 * h)
-    assert quotient > 1e-3 * f * prefill  # a prompt pushes the step past the knee
-    np.testing.assert_allclose(stall(rps, lat, knee, prefill), quotient, rtol=1e-5)
-    assert np.isnan(stall(10.0, np.inf, knee, prefill))

@@ -519,18 +519,9 @@ class LatencyModel:
         if stall is None:
             return latency
         rates = self.constant_rates(rows)
-        at = self.latency(parts, prepare(rows), rates)
-        return (theory.evenly_spaced(latency, rps,
-                                     self.arrival_stall(stall, parts, rows, latency, rps))
-                + theory.staircase_offset(at, rates,
-                                          self.arrival_stall(stall, parts, rows, at, rates),
-                                          "rate"))
-
-    def arrival_stall(self, stall, parts, rows: pd.DataFrame, latency, rps):
-        """What each request arriving during another's life adds to its latency (s), at the
-        loads ``rps`` where the smooth curve is ``latency``: the prefill stall ``stall``
-        (:meth:`prefill_stall`), the same at every load for the closed forms."""
-        return stall
+        at = theory.latency(rates, parts["C1"], parts["C2"], *capacity_terms(parts))
+        return (theory.evenly_spaced(latency, rps, stall)
+                + theory.staircase_offset(at, rates, stall, "rate"))
 
     def constant_rates(self, rows: pd.DataFrame) -> xr.DataArray:
         """The fitted constant-rate loads (req/s) of each row's configuration, dims ``obs``
@@ -552,11 +543,8 @@ class LatencyModel:
         through the model's graph."""
         return None
 
-    def latency(self, parts: xr.Dataset, rows: pd.DataFrame, rps=None) -> xr.DataArray:
-        """Exact latency (``inf`` past saturation) from predicted parts of ``rows``, via
-        theory: at the rows' rates, or at the loads ``rps`` (a DataArray, broadcast)."""
-        if rps is not None:
-            return theory.latency(rps, parts["C1"], parts["C2"], *capacity_terms(parts))
+    def latency(self, parts: xr.Dataset, rows: pd.DataFrame) -> xr.DataArray:
+        """Exact latency (``inf`` past saturation) from predicted parts, via theory."""
         lat = theory.latency(xr.DataArray(rows["rps"].to_numpy(), dims="obs"), parts["C1"],
                              parts["C2"], *capacity_terms(parts))
         return lat.transpose("chain", "draw", "obs")

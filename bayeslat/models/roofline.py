@@ -53,14 +53,6 @@ thousandfold. Each row's root is found in compiled code (:func:`solve`: Newton's
 the paper's root; the right side is convex in ``L``) with its gradient by the implicit
 function theorem, ``dL/dθ = (∂F/∂θ)/(1 − ∂F/∂L)`` (:class:`RooflineLatency`). A proposal whose
 fixed point has no root at an observed rate has log density ``-inf`` (the sampler rejects it).
-
-Decisions read the form through the model (``implicit``): :meth:`~RooflineModel.latency` at
-any loads, :meth:`~RooflineModel.capacity` and :meth:`~RooflineModel.break_even` (RPS* per
-draw), all in compiled code. Evenly spaced requests (a constant-rate sweep) meet exactly
-``⌊rps·L⌋`` prompts a life, where the form counts their mean: their latency climbs the
-staircase of :func:`~bayeslat.theory.evenly_spaced` about the fitted curve, each step the
-form's own cost of one more prompt (:meth:`~RooflineModel.arrival_stall`), as the predictive
-checks and the decisions of the other variants do with their prefill stall.
 """
 
 from __future__ import annotations
@@ -79,7 +71,6 @@ import xarray as xr
 from bayeslat import scaling, theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError, NumericalError
-from bayeslat.models.base import prepare
 from bayeslat.models.capacity import CAPACITY_STALL
 from bayeslat.models.hierarchical import HierarchicalModel, _dim
 from bayeslat.scaling import ScalingConfig
@@ -541,22 +532,10 @@ class RooflineModel(HierarchicalModel):
             name: np.exp(post[f"log_{name}"].isel(server=at).drop_vars("server"))
             for name in ("f", "knee", "knee_d")}
 
-    def arrival_stall(self, stall, parts, rows, latency, rps):
-        """The prefill stall ``stall`` (``c2p``, small here) plus the form's own cost of one
-        more prompt in a request's life at the curve's batch
-        (:func:`~bayeslat.theory.roofline_prompt_stall`): past the knee a prompt's arithmetic,
-        which evenly spaced requests meet ``⌊rps·L⌋`` times a life."""
-        rows = prepare(rows)
-        terms = row_terms(rows)
-
-        def obs(value):
-            return xr.DataArray(value, dims="obs")
-
-        own = theory.roofline_prompt_stall(
-            rps, latency, parts["C1"], parts["C2"], parts["f"], parts["knee"],
-            obs(terms["cycles"]), obs(rows["k"].to_numpy(float)), obs(terms["prompt"]),
-            parts["f"] * obs(terms["ratio"]), parts["knee_d"])
-        return stall + own
+    def prefill_stall(self, rows):
+        """None: the prompts' stalls are the form's own (each prompt joins a step, past the
+        knee or not), not a staircase about a smooth curve."""
+        return None
 
     def latency(self, parts, rows, rps=None):
         """The roofline form's latency (s, ``inf`` past the steady state or the batch cap) of
