@@ -549,8 +549,8 @@ class RooflineModel(HierarchicalModel):
         :data:`~bayeslat.theory.BATCH_CAP`) and amplification (0 there) under the roofline
         form, from the predicted ``parts`` of ``rows`` (prepared) at their rates or at the
         loads ``rps`` (a DataArray broadcast against them): the compiled :func:`solve`, which
-        matches :func:`~bayeslat.theory.roofline_latency` (``tests/test_roofline.py``) at a
-        hundredth of its cost."""
+        matches :func:`~bayeslat.theory.roofline_latency` (``tests/test_roofline.py``) at about a
+        twentieth of its cost."""
         if rps is None:
             rps = rows["rps"].to_numpy(float)
         if not isinstance(rps, xr.DataArray):
