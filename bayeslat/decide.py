@@ -818,15 +818,6 @@ def _baseline_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _capacity(model, pred: xr.Dataset) -> xr.DataArray:
-    """Capacity draws (req/s) from predicted parts (full coverage for an MoE verifier); the
-    model's own where it has no closed form (``implicit``: :meth:`predict
-    <bayeslat.models.base.LatencyModel.predict>`'s ``capacity``)."""
-    if model.implicit:
-        return pred["capacity"]
-    return capacity_draws(full_coefficients(pred)[1], capacity_terms(pred)[0])
-
-
 def default_loads(model, setup: pd.DataFrame, points: int = GRID_POINTS,
                   seed: int = 0) -> dict[str, np.ndarray]:
     """Each setup's own load grid: ``points`` loads from 0 to its measured ceiling.
@@ -844,7 +835,7 @@ def default_loads(model, setup: pd.DataFrame, points: int = GRID_POINTS,
     missing = top.isna().to_numpy()
     if missing.any():
         rows = _baseline_rows(setup[missing]).assign(rps=0.0, strategy=strategy(model))
-        cap = stack_draws(_capacity(model, model.predict(rows, seed=seed)))
+        cap = stack_draws(model.predict(rows, seed=seed)["capacity"])
         top[missing] = cap.where(np.isfinite(cap)).median(SAMPLE, skipna=True).values
     return {label: np.linspace(0.0, float(value), points) for label, value in top.items()}
 
