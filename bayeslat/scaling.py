@@ -134,6 +134,10 @@ DEFAULT_PRIORS: dict[str, Any] = {
     # LogNormal prior of the roofline variant's knee (tokens a step at which the arithmetic
     # takes as long as reading the weights): the GPUs' FLOPs per byte, ~100-300.
     "roofline_knee": [150.0, 0.7],
+    # Sd of the log of the drafter's knee about the verifier's in the roofline variant: the
+    # knee is the GPU's FLOPs over its bandwidth times the bytes a weight takes, so the same
+    # GPU at the same precision has one knee (x2 for a bf16 drafter beside an fp8 verifier).
+    "drafter_knee_spread": 0.35,
     # HalfNormal scale of the model's scatter on log latency (0.1 = 10%).
     "sigma_scale": 0.1,
     # Least spread of the capacity variants' walls around their group's compute time, in log

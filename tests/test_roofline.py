@@ -179,6 +179,18 @@ def test_the_start_finds_the_roofline_and_the_curves_of_data_on_the_form():
     np.testing.assert_allclose(start["log_knee_d"], np.log(knee))
 
 
+def test_the_drafters_knee_is_centred_on_its_servers_verifier_knee():
+    """A knee is its GPU's FLOPs per byte times the bytes a weight takes: the drafter's prior
+    is the verifier's knee times a spread of ``drafter_knee_spread`` (its precision)."""
+    model = get("roofline")(table("roofline"))
+    pm_model = model.build()
+    knee, knee_d = pm.draw([pm_model["log_knee"], pm_model["log_knee_d"]], draws=4000,
+                           random_seed=3)
+    spread = model.config.prior("drafter_knee_spread")
+    np.testing.assert_allclose((knee_d - knee).std(), spread, rtol=0.05)
+    np.testing.assert_allclose(knee.std(), model.config.prior("roofline_knee")[1], rtol=0.05)
+
+
 def _at_start(model, pm_model, outputs):
     """The values of the graph's ``outputs`` at the model's start."""
     from pymc.initial_point import make_initial_point_fn

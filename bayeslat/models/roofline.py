@@ -23,15 +23,20 @@ constants follow its verifier's size:
 
 .. math::
     \log f_s \sim N\bigl(\log(\phi\,N_s),\ s_\phi\bigr), \qquad
-    \log T^*_s,\ \log T^*_{d,s} \sim N(\log T_0,\ s_T),
+    \log T^*_s \sim N(\log T_0,\ s_T), \qquad \log T^*_{d,s} \sim N(\log T^*_s,\ s_d),
 
 ``N_s`` the verifier's parameters (billions), ``(φ, s_φ)`` the ``token_compute`` prior (s per
-token per billion parameters: ``2·10⁹/FLOPs`` at the utilisation a real GPU reaches) and
-``(T_0, s_T)`` the ``roofline_knee`` prior. Where no step passes its knee the form is the
-paper's curve; past it the curve bends by the arithmetic each step adds, and the capacity is
-where the fixed point has no root (:func:`~bayeslat.theory.roofline_capacity`). There are no
-walls, shares or powers per configuration: three constants per server carry the bend of every
-curve it serves.
+token per billion parameters: ``2·10⁹/FLOPs`` at the utilisation a real GPU reaches),
+``(T_0, s_T)`` the ``roofline_knee`` prior and ``s_d`` the ``drafter_knee_spread``: a knee is
+the GPU's FLOPs per byte read times the bytes a weight takes, so drafter and verifier on one
+GPU share it but for their weights' precision (twice the verifier's for a 16-bit drafter beside
+an fp8 verifier). The data see the drafter's knee only through the prompts its first pass
+carries; sampled apart from the verifier's, the 8B's on the shipped example had two modes
+(about 280 and 450 tokens) and mixed slowest of all variables (bulk ESS 29 of 600 draws; tied,
+205). Where no step passes its knee the form is the paper's curve; past it the curve bends
+by the arithmetic each step adds, and the capacity is where the fixed point has no root
+(:func:`~bayeslat.theory.roofline_capacity`). There are no walls, shares or powers per
+configuration: three constants per server carry the bend of every curve it serves.
 
 The measured ceilings are data: a throughput benchmark, every request sent at once, runs a
 full batch, and :func:`~bayeslat.theory.roofline_throughput` is that batch's rate,
@@ -472,8 +477,10 @@ class RooflineModel(HierarchicalModel):
         median, log_sd = self.config.prior("token_compute")
         log_f = pm.Normal("log_f", np.log(median * self.server_sizes), log_sd, dims="server")
         median, log_sd = self.config.prior("roofline_knee")
-        knees = {name: pm.Normal(f"log_{name}", np.log(median), log_sd, dims="server")
-                 for name in ("knee", "knee_d")}
+        log_knee = pm.Normal("log_knee", np.log(median), log_sd, dims="server")
+        # the drafter's knee is its GPU's, as the verifier's, but for its weights' precision
+        knees = {"knee": log_knee, "knee_d": pm.Normal(
+            "log_knee_d", log_knee, self.config.prior("drafter_knee_spread"), dims="server")}
         idx = pm.Data("server_idx", self.server_index(curves), dims=dim)
         return out | {"f": pt.exp(log_f)[idx]} | {name: pt.exp(log_knee)[idx]
                                                    for name, log_knee in knees.items()}
