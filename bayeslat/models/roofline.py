@@ -482,8 +482,8 @@ class RooflineModel(HierarchicalModel):
         knees = {"knee": log_knee, "knee_d": pm.Normal(
             "log_knee_d", log_knee, self.config.prior("drafter_knee_spread"), dims="server")}
         idx = pm.Data("server_idx", self.server_index(curves), dims=dim)
-        return out | {"f": pt.exp(log_f)[idx]} | {name: pt.exp(log_knee)[idx]
-                                                   for name, log_knee in knees.items()}
+        return out | {"f": pt.exp(log_f)[idx]} | {name: pt.exp(value)[idx]
+                                                   for name, value in knees.items()}
 
     jittered = True  # its scale grows with the amplification (likelihood_scale)
 
