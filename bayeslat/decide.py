@@ -43,7 +43,11 @@ staircase, flat between steps and flat at the lone request's latency below ``rps
 coefficients every latency draw above is the staircase's; the steps are a prefill tall (8.5%
 of a lone request's latency for a 70B verifier at 1,024-token prompts, 0.3% for a 1B at 256).
 On engine-simulator sweeps the bands covered the truth in 0.90–0.96 of cells with it, 0.82–0.91
-without (benchmarks/README.md). RPS* and the alert line stay where the smooth curves cross.
+without (benchmarks/README.md). The ``roofline`` variant's step is a prompt's ``c2p`` and its
+arithmetic past the knees at the load, its staircase flat at the synchronous latency while
+requests run alone and its smooth form where two counts are consistent
+(:meth:`~bayeslat.models.roofline.RooflineModel.evenly_spaced`). RPS* and the alert line stay
+where the smooth curves cross.
 
 Saturation and the choice of k
 ------------------------------
@@ -962,7 +966,7 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
     discrepancy = (solved.pop("discrepancy") if solved is not None else stack_draws(
         model.discrepancy(parts, loads, [seed, 2], shared=["rps"])))
     staircase = None
-    if on_staircase(model):
+    if on_staircase(model) and solved is None:
         # evenly spaced requests: the latency climbs one prefill stall per request arriving
         # during it, a staircase about the curve, anchored where it was measured
         curves = pred.drop_vars(["config", "rps"])
@@ -997,13 +1001,17 @@ def _analyse_prediction(model, setup, grid, rows, pred, rps, *, seed: int,
 def _solved(model, pred: xr.Dataset, rows: pd.DataFrame, rps, seed: int) -> dict:
     """For a variant whose latency has no closed form (``implicit``: the roofline form), what
     :func:`analyse` reads from the model instead, per draw and row of the prediction ``pred``
-    of ``rows`` (:func:`_predict`): ``latency`` and the ``discrepancy`` draws at the loads
-    ``rps`` (dim ``rps``, with its coordinate), ``capacity`` and ``rps_star`` against each
-    row's baseline."""
+    of ``rows`` (:func:`_predict`): ``latency`` (on the staircase of evenly spaced requests
+    where the fit's curves rest on them: :func:`on_staircase`) and the ``discrepancy`` draws
+    at the loads ``rps`` (dim ``rps``, with its coordinate), ``capacity`` and ``rps_star``
+    against each row's baseline."""
     rows = prepare(rows)
     parts = pred.drop_vars(["config", "rps"], errors="ignore")
     at = xr.DataArray(np.asarray(rps, dtype=float), dims="rps")
-    out = {"latency": model.latency(parts, rows, at),
+    latency = model.latency(parts, rows, at)
+    if on_staircase(model):  # evenly spaced requests: the staircase about the form
+        latency = model.evenly_spaced(parts, rows, latency, at)
+    out = {"latency": latency,
            "discrepancy": model.discrepancy(parts, at, [seed, 2], shared=["rps"], rows=rows),
            "capacity": parts["capacity"],
            "rps_star": model.break_even(parts, rows, _baseline_of(rows), parts["capacity"])}

@@ -326,7 +326,14 @@ def wall_sensitivity(rps, c1, c2, c3=0.0, q=0.0, p=SOFT_POWER):
     return _where(rho < 1.0, out, np.inf)
 
 
-def evenly_spaced(smooth, rps, stall):
+# Evenly spaced requests meet one count of arrivals a life consistent with its own latency
+# while rps·stall is below this: at it and above, ``1/(1 − rps·s) ≥ 2`` counts are
+# (evenly_spaced), which one a request meets depends on how the queue filled, and their
+# smooth mean is the prediction.
+UNIQUE_COUNT = 0.5
+
+
+def evenly_spaced(smooth, rps, stall, offset=0.0, lone=None, unique=1.0):
     r"""Mean latency (s) of requests sent evenly spaced at ``rps``, from the smooth curve's.
 
     A request's latency grows by the prefill stall :math:`s` (s, the prefill part ``c2p`` of
@@ -350,13 +357,21 @@ def evenly_spaced(smooth, rps, stall):
     gives the smooth curve. Within a step the latency is off the smooth curve by up to about
     half a stall: 8.5% of a lone request's latency for a 70B verifier at 1,024-token prompts,
     0.3% for a 1B at 256 (benchmarks/README.md).
+
+    ``offset`` (s) moves the staircase (:func:`staircase_offset`). The staircase holds where
+    ``rps·s < unique``; elsewhere the smooth curve is kept (:data:`UNIQUE_COUNT`: where two
+    counts or more are consistent). Given ``lone``, a lone request's latency (s, what a
+    synchronous benchmark measures), requests sent below ``rps = 1/lone`` never meet and the
+    latency is ``lone`` exactly.
     """
     with np.errstate(invalid="ignore", over="ignore"):
         b = smooth - stall * (rps * smooth - 0.5)
         n = np.maximum(np.floor((rps * b - 1.0) / (1.0 - rps * stall)) + 1.0, 0.0)
-        stairs = b + stall * n
-        keep = np.isfinite(smooth) & np.isfinite(stairs) & (stall > 0) & (rps * stall < 1.0)
-    return _where(keep, stairs, smooth)
+        stairs = b + stall * n + offset
+        keep = (np.isfinite(smooth) & np.isfinite(stairs) & (stall > 0)
+                & (rps * stall < min(unique, 1.0)))
+    out = _where(keep, stairs, smooth)
+    return out if lone is None else _where(rps * lone < 1.0, lone, out)
 
 
 def staircase_offset(smooth, rps, stall, dim: str):

@@ -371,3 +371,62 @@ def test_decisions_read_its_latency_capacity_and_break_even(fitted):
                 rtol=1e-6, equal_nan=True)
     latency = ds["latency"].sel(stat="q50")
     assert np.isfinite(latency.isel(rps=0)).all()
+
+
+def test_evenly_spaced_requests_climb_the_forms_stalls_from_the_lone_latency(fitted):
+    """A constant-rate configuration's latency on the staircase of its prompts' stalls: at
+    zero load the stall is ``c2p`` and one prompt's arithmetic past the verifier's knee and
+    the drafter's; the lone latency is the synchronous benchmark's root at its own rate, and
+    below that rate it is the latency; past ``rps·stall`` = ½ the form's."""
+    rows = prepare(fitted.rows[(fitted.rows["k"] > 0)
+                               & (fitted.rows["strategy"] == "constant")].head(1))
+    parts = fitted.predict(rows).drop_vars(["config", "rps"], errors="ignore")
+    terms = row_terms(rows)
+
+    def h(t):
+        return theory._hinge(t, theory.HINGE_WIDTH)[0]
+
+    p = rows["prefill_tokens"].to_numpy(float)
+    want = (fitted.prefill_stall(rows) + parts["f"] * (h(p - parts["knee"]) - h(-parts["knee"]))
+            + parts["f"] * terms["ratio"] * (h(p - parts["knee_d"]) - h(-parts["knee_d"])))
+    got = fitted.stall(parts, rows, parts["C1"], 0.0)
+    assert float((got - fitted.prefill_stall(rows)).min()) > 0  # a prompt's arithmetic counts
+    np.testing.assert_allclose(got.transpose(*want.dims), want, rtol=1e-9)
+
+    lone = fitted.lone(parts, rows)
+    alone = lone / np.exp(fitted.posterior.get("sync_shift", 0.0))  # less the offset
+    sync = fitted.latency(parts, rows.assign(strategy="synchronous"), 1.0 / alone)
+    np.testing.assert_allclose(sync.transpose(*alone.dims), alone, rtol=1e-9)
+
+    rps = xr.DataArray([0.5, 0.99, 1.01], dims="rps") / lone
+    smooth = fitted.latency(parts, rows, rps)
+    stairs = fitted.evenly_spaced(parts, rows, smooth, rps)
+    xr.testing.assert_allclose(stairs.isel(rps=[0, 1]), lone.broadcast_like(stairs.isel(
+        rps=[0, 1])).transpose(*stairs.dims), rtol=1e-12)
+    first = fitted.stall(parts, rows, smooth, rps).isel(rps=2)
+    moved = stairs.isel(rps=2) != smooth.isel(rps=2)
+    assert bool((moved == (1.01 * first / lone < theory.UNIQUE_COUNT)).all())
+    assert bool(moved.any())  # the first step, above the lone latency
+
+
+def test_the_staircase_averages_to_the_form_where_anchored(fitted, monkeypatch):
+    """At the rates the staircase is anchored at (the configuration's fitted rates, here
+    scaled to where the mocked sampler's prior draws have a steady state) it averages to the
+    form, wherever each rate is on it (requests meeting, one consistent count)."""
+    rows = prepare(fitted.rows[(fitted.rows["k"] > 0)
+                               & (fitted.rows["strategy"] == "constant")].head(1))
+    parts = fitted.predict(rows).drop_vars(["config", "rps"], errors="ignore")
+    lone = float(fitted.lone(parts, rows).median())
+    anchors = fitted.constant_rates(rows)
+    anchors = anchors * (1.5 / lone) / anchors.min()
+    monkeypatch.setattr(fitted, "constant_rates", lambda _: anchors)
+    rates = anchors.isel(obs=0, drop=True).dropna("rate").rename(rate="rps")
+    smooth = fitted.latency(parts, rows, rates)
+    stairs = fitted.evenly_spaced(parts, rows, smooth, rates)
+    on = ((rates * fitted.stall(parts, rows, smooth, rates) < theory.UNIQUE_COUNT)
+          & (rates * fitted.lone(parts, rows) >= 1) & np.isfinite(smooth))
+    steady = on.all("rps")
+    assert steady.sum() >= 3
+    off = (stairs - smooth).where(steady)
+    assert float(np.abs(off).max()) > 1e-6  # the steps leave the curve between the rates
+    np.testing.assert_allclose(off.mean("rps").where(steady, 0.0), 0.0, atol=1e-12)

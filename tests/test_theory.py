@@ -349,6 +349,27 @@ class TestEvenlySpaced:
             smooth = (1 - 0.0425) / (1 - rps * 0.085)
             assert theory.evenly_spaced(smooth, rps, 0.085) == pytest.approx(1.0)
 
+    def test_lone_requests_an_offset_and_where_two_counts_are_consistent(self):
+        # the hand-computed steps: b = 1 s, s = 0.085 s; the smooth curve runs half a stall
+        # below a lone request at zero load, and a synchronous benchmark measured 1.01 s
+        def smooth(rps):
+            return (1 - 0.0425) / (1 - rps * 0.085)
+
+        for rps in (0.0, 0.5, 0.98):  # never meeting: the lone latency, offset or not
+            got = theory.evenly_spaced(smooth(rps), rps, 0.085, offset=0.02, lone=1.01)
+            assert got == 1.01
+        assert theory.evenly_spaced(smooth(2.0), 2.0, 0.085, offset=0.02,
+                                    lone=1.01) == pytest.approx(1.19)
+        # at 6 req/s two counts are consistent (rps·s = 0.51): the smooth curve, no offset
+        assert theory.evenly_spaced(smooth(6.0), 6.0, 0.085, 0.02, 1.01,
+                                    theory.UNIQUE_COUNT) == smooth(6.0)
+        assert theory.evenly_spaced(smooth(5.8), 5.8, 0.085, 0.02, 1.01,
+                                    theory.UNIQUE_COUNT) != smooth(5.8)
+        # counts n and n + 1 are consistent at once where 1/(1 − rps·s) ≥ 2
+        b, rps = 1.0, 6.0
+        consistent = [n for n in range(40) if n <= rps * (b + 0.085 * n) < n + 1]
+        assert len(consistent) >= 2
+
     @settings(max_examples=200, deadline=None)
     @given(smooth=positive, x=st.floats(0.0, 50.0),
            share=st.one_of(st.just(0.0), st.floats(1e-3, 0.9)))

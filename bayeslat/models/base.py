@@ -520,8 +520,8 @@ class LatencyModel:
             return latency
         rates = self.constant_rates(rows)
         at = theory.latency(rates, parts["C1"], parts["C2"], *capacity_terms(parts))
-        return (theory.evenly_spaced(latency, rps, stall)
-                + theory.staircase_offset(at, rates, stall, "rate"))
+        return theory.evenly_spaced(latency, rps, stall,
+                                    theory.staircase_offset(at, rates, stall, "rate"))
 
     def constant_rates(self, rows: pd.DataFrame) -> xr.DataArray:
         """The fitted constant-rate loads (req/s) of each row's configuration, dims ``obs``

@@ -50,6 +50,12 @@ ceiling_likelihood`. The batch's cap is :data:`~bayeslat.theory.BATCH_CAP` (vLLM
 ``max_num_seqs``): where the KV cache binds first (a long context on a large model) the
 ceiling sits below it, which this variant does not yet read.
 
+The fit's curves are the form's; requests sent evenly spaced (GuideLLM's constant rate) meet
+``⌊rps·L⌋`` prompts a life, not its mean, so the predictive checks and the decisions put a
+constant-rate fit's latencies on that staircase (:meth:`RooflineModel.evenly_spaced`: each
+step a prompt's ``c2p`` and its arithmetic past the knees, flat at the synchronous latency
+while requests run alone).
+
 The likelihood is the base's Student-t on each row's log latency. The form's corners
 (``(·)^+`` at the knees, the whole prompts of the floor-and-ceiling mixture) are rounded as in
 the theory (:data:`~bayeslat.theory.HINGE_WIDTH`, :data:`~bayeslat.theory.COUNT_WIDTH`):
@@ -76,6 +82,7 @@ import xarray as xr
 from bayeslat import scaling, theory
 from bayeslat.data import schema
 from bayeslat.errors import FitError, NumericalError
+from bayeslat.models.base import prepare
 from bayeslat.models.capacity import CAPACITY_STALL
 from bayeslat.models.hierarchical import HierarchicalModel, _dim
 from bayeslat.scaling import ScalingConfig
@@ -247,6 +254,44 @@ def _solve(rps, c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson, hin
     return out, amp, grad, grad_amp
 
 
+def prompt_stall(lat, rps, f, knee, knee_d, cycles, k, prefill, ratio, poisson):
+    """What one more prompt a life adds to each row's latency ``lat`` (s) at ``rps`` under
+    the form, ``f·(∂V/∂m + r·∂D/∂m)``: its arithmetic in the step it joins, past the
+    verifier's knee and the drafter's (:func:`_excess`, the form's corners rounded as
+    :func:`solve`'s; NaN where ``lat`` is not finite). With ``c2p`` it is the step of the
+    staircase evenly spaced requests climb (:meth:`RooflineModel.evenly_spaced`)."""
+    return _prompt_stall(lat, rps, f, knee, knee_d, cycles, k, prefill, ratio, poisson,
+                         HINGE_WIDTH, COUNT_WIDTH)
+
+
+@numba.njit(cache=True)
+def _prompt_stall(lat, rps, f, knee, knee_d, cycles, k, prefill, ratio, poisson, hinge,
+                  count):
+    """:func:`prompt_stall` with the widths as arguments (:func:`_solve`)."""
+    out = np.full(lat.shape[0], np.nan)
+    for i in range(lat.shape[0]):
+        if not np.isfinite(lat[i]):
+            continue
+        batch = rps[i] * lat[i]
+        m = batch / cycles[i]
+        vm = _excess(batch * (k[i] + 1.0) - knee[i], m, prefill[i], poisson[i] > 0, hinge,
+                     count)[2]
+        dm = _excess(batch - knee_d[i], m, prefill[i], poisson[i] > 0, hinge, count)[2]
+        out[i] = f[i] * (vm + ratio[i] * dm)
+    return out
+
+
+@numba.njit(cache=True)
+def _lone(c1, c2, f, knee, knee_d, cycles, k, ratio, poisson, hinge, count):
+    """Each row's latency (s) when its requests run one at a time: the form's right side at a
+    batch of one, no prompt joining (a synchronous benchmark's, :func:`row_terms`)."""
+    out = np.empty(c1.shape[0])
+    for i in range(c1.shape[0]):
+        out[i] = _side(1.0, 1.0, c1[i], c2[i], f[i], knee[i], knee_d[i], cycles[i], k[i], 0.0,
+                       ratio[i], poisson[i] > 0, hinge, count)[0]
+    return out
+
+
 def capacity(c1, c2, f, knee, knee_d, cycles, k, prefill, ratio, poisson):
     """Each row's capacity (req/s): :func:`~bayeslat.theory.roofline_capacity` in compiled
     code, the peak of ``B/F(B)`` by bisection on the sign of ``B·F'(B) − F(B)``, or the full
@@ -358,6 +403,11 @@ def _register(cls) -> None:
     @basic.register_funcify_and_cache_key(cls)
     def _funcify(op, node, **kwargs):
         return fused, f"bayeslat-roofline-{key}-{ITERATIONS}-{HINGE_WIDTH}-{COUNT_WIDTH}"
+
+
+def _bare(value: xr.DataArray) -> xr.DataArray:
+    """``value`` without coordinates: its dims alone say how it broadcasts."""
+    return xr.DataArray(np.asarray(value), dims=value.dims)
 
 
 def _flat(parts, rows: pd.DataFrame, rps: xr.DataArray, prompt=None):
@@ -540,9 +590,63 @@ class RooflineModel(HierarchicalModel):
             for name in ("f", "knee", "knee_d")}
 
     def prefill_stall(self, rows):
-        """None: the prompts' stalls are the form's own (each prompt joins a step, past the
-        knee or not), not a staircase about a smooth curve."""
-        return None
+        """Posterior draws of ``c2p`` of each row's group (s): the part of a prompt's stall
+        that is not its arithmetic past a knee, which depends on the load
+        (:meth:`evenly_spaced` adds it, :func:`prompt_stall`)."""
+        return super().prefill_stall(rows)
+
+    def stall(self, parts, rows: pd.DataFrame, latency: xr.DataArray, rps) -> xr.DataArray:
+        """Draws of the stall (s) one request arriving during another's life adds to it, at
+        the loads ``rps`` where the predicted ``parts`` of ``rows`` (prepared, their prompts
+        evenly spaced) have the latency ``latency``: ``c2p`` and the prompt's arithmetic in
+        the step it joins (:func:`prompt_stall`)."""
+        rows = rows.assign(strategy="constant")
+        if not isinstance(rps, xr.DataArray):
+            rps = xr.DataArray(rps)
+        template, flat = _flat(parts, rows, rps)
+        lat = xr.broadcast(_bare(latency), _bare(template))[0].transpose(*template.dims)
+        extra = prompt_stall(np.ascontiguousarray(lat.values).ravel(), flat[0], *flat[3:])
+        return self.prefill_stall(rows) + template.copy(data=extra.reshape(template.shape))
+
+    def evenly_spaced(self, parts, rows: pd.DataFrame, latency: xr.DataArray, rps):
+        """``latency`` (the form's, of the predicted ``parts`` of ``rows`` at ``rps``) as
+        requests sent evenly spaced see it (:func:`bayeslat.theory.evenly_spaced`). The form
+        counts ``rps·L`` prompts a life, the mean of Poisson arrivals; evenly spaced ones bring
+        ``⌊rps·L⌋``, so the latency climbs a staircase of :meth:`stall`, off the form by up to
+        half a stall between steps (on the 70B engine sweeps' 1,024-token prompts a quarter
+        of a second: 8% of a lone baseline request's latency, 30% of a k = 6 one's). Three
+        regimes: below ``rps = 1/lone`` requests never meet and the latency is :meth:`lone`,
+        the synchronous benchmark's (the form's intercept is the line through the steps'
+        midpoints, half a stall off it); up to ``rps·stall`` = ½ the staircase about the form,
+        anchored at the configuration's fitted constant rates where it holds
+        (:func:`~bayeslat.theory.staircase_offset`); past that, where two counts or more are
+        consistent (:data:`~bayeslat.theory.UNIQUE_COUNT`), the form."""
+        rows = prepare(rows)
+        # the anchor is a configuration's: solved once per configuration at its rates
+        first = ~rows["config"].duplicated().to_numpy()
+        which = pd.Index(rows.loc[first, "config"]).get_indexer(rows["config"])
+        one = {name: parts[name].isel(obs=np.flatnonzero(first)) for name in ROOFLINE_PARTS}
+        ones = rows[first].reset_index(drop=True).assign(strategy="constant")
+        rates = self.constant_rates(ones)
+        at = self.latency(one, ones, rates)
+        stall = self.stall(one, ones, at, rates)
+        # anchored where the staircase holds: one consistent count, requests meeting
+        at = at.where((rates * stall < theory.UNIQUE_COUNT) & (rates * self.lone(one, ones) >= 1))
+        offset = theory.staircase_offset(at, rates, stall, "rate")
+        return theory.evenly_spaced(latency, rps, self.stall(parts, rows, latency, rps),
+                                    _bare(offset).isel(obs=xr.DataArray(which, dims="obs")),
+                                    self.lone(parts, rows), theory.UNIQUE_COUNT)
+
+    def lone(self, parts, rows: pd.DataFrame) -> xr.DataArray:
+        """Draws of each row's latency (s) when its requests run one at a time, as a
+        synchronous benchmark measures it (with its ``sync_shift``): the form at a batch of
+        one, no prompt joining (:func:`_lone`)."""
+        ones = xr.DataArray(np.ones(len(rows)), dims="obs")
+        template, flat = _flat(parts, rows, ones, np.zeros(len(rows)))
+        out = template.copy(data=_lone(*flat[1:8], *flat[9:], HINGE_WIDTH, COUNT_WIDTH)
+                            .reshape(template.shape))
+        shift = self.posterior["sync_shift"] if "sync_shift" in self.posterior else 0.0
+        return out * np.exp(shift)
 
     def latency(self, parts, rows, rps=None):
         """The roofline form's latency (s, ``inf`` past the steady state or the batch cap) of
