@@ -44,8 +44,8 @@ coefficients every latency draw above is the staircase's; the steps are a prefil
 of a lone request's latency for a 70B verifier at 1,024-token prompts, 0.3% for a 1B at 256).
 On engine-simulator sweeps the bands covered the truth in 0.90–0.96 of cells with it, 0.82–0.91
 without (benchmarks/README.md). The ``roofline`` variant's step is a prompt's ``c2p`` and its
-arithmetic past the knees at the load, its staircase flat at the synchronous latency while
-requests run alone and its smooth form where two counts are consistent
+arithmetic past the knees at the load, its staircase flat at its bottom step while requests
+run alone and its smooth form where two counts are consistent
 (:meth:`~bayeslat.models.roofline.RooflineModel.evenly_spaced`). RPS* and the alert line stay
 where the smooth curves cross.
 

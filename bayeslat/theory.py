@@ -360,9 +360,8 @@ def evenly_spaced(smooth, rps, stall, offset=0.0, lone=None, unique=1.0):
 
     ``offset`` (s) moves the staircase (:func:`staircase_offset`). The staircase holds where
     ``rps·s < unique``; elsewhere the smooth curve is kept (:data:`UNIQUE_COUNT`: where two
-    counts or more are consistent). Given ``lone``, a lone request's latency (s, what a
-    synchronous benchmark measures), requests sent below ``rps = 1/lone`` never meet and the
-    latency is ``lone`` exactly.
+    counts or more are consistent). Given ``lone``, a lone request's latency (s),
+    requests sent below ``rps = 1/lone`` never meet and the latency is ``lone`` exactly.
     """
     with np.errstate(invalid="ignore", over="ignore"):
         b = smooth - stall * (rps * smooth - 0.5)

@@ -295,3 +295,46 @@ def test_roofline_learns_the_engines_compute_time_and_knee():
     (fitted_knee,) = np.exp(post["log_knee"].median(("chain", "draw"))).values
     assert abs(fitted_f / f - 1) < 0.02, (fitted_f, f)
     assert abs(fitted_knee / knee - 1) < 0.05, (fitted_knee, knee)
+
+
+def test_roofline_predicts_evenly_spaced_requests_on_their_staircase():
+    """Evenly spaced requests of a 70B engine sweep (FP8 on an H200, alpha 0.95, k = 0, 2
+    and 6: 12 configurations) meet a whole number of prompts a life, each a stall of a quarter
+    second at 1,024-token prompts (30% of a k = 6 request's latency). The roofline fit's
+    predictions on that staircase follow the engine's long-run latency at a tenth to 2.5
+    times each configuration's synchronous rate: at half the smooth form's error or less
+    (measured: 2.7% against 5.4% at p1024, 0.3% against 1.0% at p256; 100 s on 2 cores)."""
+    from dataclasses import replace
+
+    import xarray as xr
+
+    from bayeslat.models.base import prepare
+    from bayeslat.simulate.presets import preset
+    from bayeslat.simulate.protocol import Protocol, run_benchmark, sweep
+
+    base = preset("dense-70b-h200")
+    chosen = replace(base, deployments=base.deployments[:1], alphas=(0.95,), ks=(2, 6))
+    configs = chosen.configurations()
+    model = get("roofline")(sweep(configs, chosen.protocol, seed=8, workers=2))
+    assert sampling.diagnostics(sampling.sample(model, draws=None, chains=2, seed=1,
+                                                progressbar=False)).converged
+    rows = prepare(model.rows)
+    sync = rows[rows["strategy"] == "synchronous"].set_index("config")["latency_mean"]
+    long = Protocol(requests=800, target_se=0.005)  # as benchmarks/capacity.py's truth
+    x = xr.DataArray([0.1, 0.3, 0.8, 1.5, 2.5], dims="x")  # times the synchronous rate
+    for prefill, bound in ((1024, 0.04), (256, 0.01)):
+        mine = [c for c in configs if (c.prefill_tokens, c.decode_tokens) == (prefill, 128)]
+        at = rows[(rows["prefill_tokens"] == prefill) & (rows["decode_tokens"] == 128)
+                  & (rows["strategy"] == "constant")].drop_duplicates("config")
+        at = at.reset_index(drop=True)
+        assert at["k"].tolist() == [c.k for c in mine] == [0, 2, 6]
+        rps = (x / xr.DataArray(at["config"].map(sync).to_numpy(float), dims="obs")).T
+        parts = model.predict(at).drop_vars(["config", "rps"], errors="ignore")
+        smooth = model.latency(parts, at, rps)
+        stairs = model.evenly_spaced(parts, at, smooth, rps)
+        truth = np.array([[run_benchmark(c, "constant", float(rps[i, j]), long, 5, (i, j),
+                                         2.0).row["latency_mean"] for j in range(x.size)]
+                          for i, c in enumerate(mine)])
+        err = [float(np.abs(np.log(lat.median(("chain", "draw")).transpose("obs", "x").values
+                                   / truth)).mean()) for lat in (stairs, smooth)]
+        assert err[0] < min(bound, 0.6 * err[1]), err

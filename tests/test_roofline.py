@@ -376,8 +376,8 @@ def test_decisions_read_its_latency_capacity_and_break_even(fitted):
 def test_evenly_spaced_requests_climb_the_forms_stalls_from_the_lone_latency(fitted):
     """A constant-rate configuration's latency on the staircase of its prompts' stalls: at
     zero load the stall is ``c2p`` and one prompt's arithmetic past the verifier's knee and
-    the drafter's; the lone latency is the synchronous benchmark's root at its own rate, and
-    below that rate it is the latency; past ``rps·stall`` = ½ the form's."""
+    the drafter's; the lone latency is the staircase's bottom step, and below ``rps = 1/lone``
+    it is the latency; past it the first step."""
     rows = prepare(fitted.rows[(fitted.rows["k"] > 0)
                                & (fitted.rows["strategy"] == "constant")].head(1))
     parts = fitted.predict(rows).drop_vars(["config", "rps"], errors="ignore")
@@ -393,10 +393,9 @@ def test_evenly_spaced_requests_climb_the_forms_stalls_from_the_lone_latency(fit
     assert float((got - fitted.prefill_stall(rows)).min()) > 0  # a prompt's arithmetic counts
     np.testing.assert_allclose(got.transpose(*want.dims), want, rtol=1e-9)
 
-    lone = fitted.lone(parts, rows)
-    alone = lone / np.exp(fitted.posterior.get("sync_shift", 0.0))  # less the offset
-    sync = fitted.latency(parts, rows.assign(strategy="synchronous"), 1.0 / alone)
-    np.testing.assert_allclose(sync.transpose(*alone.dims), alone, rtol=1e-9)
+    lone = fitted.lone(parts, rows)  # the staircase's bottom step, at zero load
+    np.testing.assert_allclose(lone, theory.evenly_spaced(parts["C1"], 0.0, got), rtol=1e-12)
+    assert float((lone - parts["C1"]).min()) > 0
 
     rps = xr.DataArray([0.5, 0.99, 1.01], dims="rps") / lone
     smooth = fitted.latency(parts, rows, rps)

@@ -53,8 +53,8 @@ ceiling sits below it, which this variant does not yet read.
 The fit's curves are the form's; requests sent evenly spaced (GuideLLM's constant rate) meet
 ``⌊rps·L⌋`` prompts a life, not its mean, so the predictive checks and the decisions put a
 constant-rate fit's latencies on that staircase (:meth:`RooflineModel.evenly_spaced`: each
-step a prompt's ``c2p`` and its arithmetic past the knees, flat at the synchronous latency
-while requests run alone).
+step a prompt's ``c2p`` and its arithmetic past the knees, flat at its bottom step while
+requests run alone).
 
 The likelihood is the base's Student-t on each row's log latency. The form's corners
 (``(·)^+`` at the knees, the whole prompts of the floor-and-ceiling mixture) are rounded as in
@@ -278,17 +278,6 @@ def _prompt_stall(lat, rps, f, knee, knee_d, cycles, k, prefill, ratio, poisson,
                      count)[2]
         dm = _excess(batch - knee_d[i], m, prefill[i], poisson[i] > 0, hinge, count)[2]
         out[i] = f[i] * (vm + ratio[i] * dm)
-    return out
-
-
-@numba.njit(cache=True)
-def _lone(c1, c2, f, knee, knee_d, cycles, k, ratio, poisson, hinge, count):
-    """Each row's latency (s) when its requests run one at a time: the form's right side at a
-    batch of one, no prompt joining (a synchronous benchmark's, :func:`row_terms`)."""
-    out = np.empty(c1.shape[0])
-    for i in range(c1.shape[0]):
-        out[i] = _side(1.0, 1.0, c1[i], c2[i], f[i], knee[i], knee_d[i], cycles[i], k[i], 0.0,
-                       ratio[i], poisson[i] > 0, hinge, count)[0]
     return out
 
 
@@ -616,8 +605,7 @@ class RooflineModel(HierarchicalModel):
         half a stall between steps (on the 70B engine sweeps' 1,024-token prompts a quarter
         of a second: 8% of a lone baseline request's latency, 30% of a k = 6 one's). Three
         regimes: below ``rps = 1/lone`` requests never meet and the latency is :meth:`lone`,
-        the synchronous benchmark's (the form's intercept is the line through the steps'
-        midpoints, half a stall off it); up to ``rps·stall`` = ½ the staircase about the form,
+        the staircase's bottom step; up to ``rps·stall`` = ½ the staircase about the form,
         anchored at the configuration's fitted constant rates where it holds
         (:func:`~bayeslat.theory.staircase_offset`); past that, where two counts or more are
         consistent (:data:`~bayeslat.theory.UNIQUE_COUNT`), the form."""
@@ -638,15 +626,10 @@ class RooflineModel(HierarchicalModel):
                                     self.lone(parts, rows), theory.UNIQUE_COUNT)
 
     def lone(self, parts, rows: pd.DataFrame) -> xr.DataArray:
-        """Draws of each row's latency (s) when its requests run one at a time, as a
-        synchronous benchmark measures it (with its ``sync_shift``): the form at a batch of
-        one, no prompt joining (:func:`_lone`)."""
-        ones = xr.DataArray(np.ones(len(rows)), dims="obs")
-        template, flat = _flat(parts, rows, ones, np.zeros(len(rows)))
-        out = template.copy(data=_lone(*flat[1:8], *flat[9:], HINGE_WIDTH, COUNT_WIDTH)
-                            .reshape(template.shape))
-        shift = self.posterior["sync_shift"] if "sync_shift" in self.posterior else 0.0
-        return out * np.exp(shift)
+        """Draws of each row's latency (s) when its requests run one at a time: the bottom
+        step of the staircase about the form, ``C1 + s/2`` (the form's intercept is the line
+        through the steps' midpoints; ``s`` the :meth:`stall` at zero load)."""
+        return parts["C1"] + self.stall(parts, rows, parts["C1"], 0.0) / 2
 
     def latency(self, parts, rows, rps=None):
         """The roofline form's latency (s, ``inf`` past the steady state or the batch cap) of
