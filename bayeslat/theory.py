@@ -367,8 +367,7 @@ def evenly_spaced(smooth, rps, stall, offset=0.0, lone=None, unique=1.0):
         b = smooth - stall * (rps * smooth - 0.5)
         n = np.maximum(np.floor((rps * b - 1.0) / (1.0 - rps * stall)) + 1.0, 0.0)
         stairs = b + stall * n + offset
-        keep = (np.isfinite(smooth) & np.isfinite(stairs) & (stall > 0)
-                & (rps * stall < min(unique, 1.0)))
+        keep = np.isfinite(smooth) & np.isfinite(stairs) & (stall > 0) & (rps * stall < unique)
     out = _where(keep, stairs, smooth)
     return out if lone is None else _where(rps * lone < 1.0, lone, out)
 

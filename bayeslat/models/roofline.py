@@ -578,17 +578,12 @@ class RooflineModel(HierarchicalModel):
             name: np.exp(post[f"log_{name}"].isel(server=at).drop_vars("server"))
             for name in ("f", "knee", "knee_d")}
 
-    def prefill_stall(self, rows):
-        """Posterior draws of ``c2p`` of each row's group (s): the part of a prompt's stall
-        that is not its arithmetic past a knee, which depends on the load
-        (:meth:`evenly_spaced` adds it, :func:`prompt_stall`)."""
-        return super().prefill_stall(rows)
-
     def stall(self, parts, rows: pd.DataFrame, latency: xr.DataArray, rps) -> xr.DataArray:
         """Draws of the stall (s) one request arriving during another's life adds to it, at
         the loads ``rps`` where the predicted ``parts`` of ``rows`` (prepared, their prompts
-        evenly spaced) have the latency ``latency``: ``c2p`` and the prompt's arithmetic in
-        the step it joins (:func:`prompt_stall`)."""
+        evenly spaced) have the latency ``latency``: ``c2p`` (:meth:`prefill_stall`) and the
+        prompt's arithmetic in the step it joins, which depends on the load
+        (:func:`prompt_stall`)."""
         rows = rows.assign(strategy="constant")
         if not isinstance(rps, xr.DataArray):
             rps = xr.DataArray(rps)
