@@ -70,10 +70,13 @@ is empty (NaN; tables say "saturated"): the load is past what the deployment can
   or, given a ``quantile``, the eligible k with the largest lower quantile of speedup. Every
   k, no SD included, is judged by its own risk: near the baseline's own wall its band widens
   too, and a rule that only bounds :math:`P(L_k > L_0)` (DESIGN.md §4's second form) then
-  keeps the baseline where SD is the safer choice. On engine-simulator data that rule's
-  largest regret was 23.5% (8B), 55.5% (70B) and 5.8% (1B) of 60 cells each; this one's
-  1.0%, 13.1% and 5.8% (``benchmarks/capacity.py --part engine``). ``P(SD hurts)`` is
-  reported beside the choice;
+  keeps the baseline where SD is the safer choice. On engine-simulator data, with the
+  capacity model of the eighteenth session, that rule's largest regret was 23.5% (8B), 55.5%
+  (70B) and 5.8% (1B) of 60 cells each; this one's 1.0%, 13.1% and 5.8%. With today's
+  model this rule's is 23.5%, 55.5% and 5.1%, each at the baseline's top measured rate, where
+  the better k was never measured (``decide`` marks it); elsewhere at most 5.3%
+  (``benchmarks/capacity.py --part engine``; benchmarks/README.md, fiftieth session).
+  ``P(SD hurts)`` is reported beside the choice;
 - expected regret of each k: :math:`\mathbb{E}_s[L_{s,k} / \min_j L_{s,j} - 1 \mid
   L_{s,k} < \infty]`, over the draws where that k is unsaturated (finite), with
   ``p_saturated`` beside it for the rest;

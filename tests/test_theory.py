@@ -328,10 +328,16 @@ class TestCapacity:
         star = theory.break_even_rps(*args)
         top = theory.capacity(c2r * c2d, c3r * c3d)
         assert 0 < star < top * (1 + 1e-9)
-        lat_d = theory.latency(star, c1d, c2d, c3d, q)
-        lat_sd = theory.latency(star, c1r * c1d, c2r * c2d, c3r * c3d, q)
-        # the curves cross, or SD's batch fills first: its latency jumps to inf there
-        assert lat_sd == pytest.approx(lat_d, rel=1e-5) or star == pytest.approx(top, rel=1e-9)
+
+        def gap(rps):  # SD's latency less the baseline's: inf past SD's capacity
+            return (theory.latency(rps, c1r * c1d, c2r * c2d, c3r * c3d, q)
+                    - theory.latency(rps, c1d, c2d, c3d, q))
+
+        # the curves cross within the documented precision, or SD's batch fills first (its
+        # latency jumps to inf there); a latency's slope at a crossing near zero load can be
+        # steep, so the test brackets the sign change rather than comparing the latencies
+        width = 1e-10 * theory.capacity(c2d, c3d)
+        assert gap(max(star - width, 0.0)) <= 0.0 <= gap(star + width)
         assert theory.speedup(0.5 * star, *args[:4], c3d, q, c3r * c3d, q) > 1
 
 

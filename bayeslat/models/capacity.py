@@ -127,7 +127,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayeslat import scaling, theory
+from bayeslat import parallel, scaling, theory
 from bayeslat.data import schema
 from bayeslat.models import start as st
 from bayeslat.models.base import unit_index
@@ -178,6 +178,15 @@ def _compute_start(model) -> pd.Series:
     ceilings = model.ceilings.groupby("config")["rps"].max()
     ceilings = pd.Series(ceilings.reindex(labels).to_numpy())
     return st.compute_fits(codes, rows["rps"].to_numpy(), ceilings.dropna())
+
+
+def _group_law(mine: np.ndarray, shared) -> np.ndarray | None:
+    """:func:`~bayeslat.models.start.group_fit` of the rows at positions ``mine`` of ``rows``,
+    their walls ``c3`` (``shared = (rows, c3)``), robust to a few outliers."""
+    rows, c3 = shared
+    one = rows.iloc[mine]
+    drafts = pd.Index(pd.unique(one.loc[one["k"] > 0, "drafter"]))
+    return st.group_fit(one, drafts, c3[mine], loss="soft_l1")
 
 
 def headroom_transform(log_top):
@@ -414,17 +423,18 @@ class CapacityModel(HierarchicalModel):
         compute curve's intercept, ``A = g/E·(a_v + k·a_d)`` (``g·a_b`` at ``k = 0``), by
         robust least squares over its unsaturated rows
         (:func:`~bayeslat.models.start.group_fit`, each configuration's wall at its start,
-        :func:`_compute_start`), each configuration's ``Q = A/(B_max·C3)`` floored at
-        :data:`Q_FLOOR`; :data:`Q_START` where the fit fails. Computed once per model; a new
-        configuration of a fitted group is centred on its group's."""
+        :func:`_compute_start`; the groups one per core), each configuration's ``Q =
+        A/(B_max·C3)`` floored at :data:`Q_FLOOR`; :data:`Q_START` where the fit fails.
+        Computed once per model; a new configuration of a fitted group is centred on its
+        group's."""
         if getattr(self, "_queue_factors", None) is None:
             rows = self.rows
             c3 = _compute_start(self).to_numpy()[pd.factorize(rows["config"])[0]]
             out, laws, shares = {}, {}, pd.Series(np.nan, index=self.configs)
-            for group, mine in rows.groupby("group").indices.items():
+            groups = rows.groupby("group").indices
+            thetas = parallel.fork_map(_group_law, list(groups.values()), (rows, c3))
+            for (group, mine), theta in zip(groups.items(), thetas, strict=True):
                 one = rows.iloc[mine]
-                drafts = pd.Index(pd.unique(one.loc[one["k"] > 0, "drafter"]))
-                theta = st.group_fit(one, drafts, c3[mine], loss="soft_l1")
                 if theta is None:
                     out[group] = Q_START
                     continue
